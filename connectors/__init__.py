@@ -1,0 +1,1 @@
+"""sparkeos connectors; each lives in its own subpackage and depends only on sparkeos.core."""

@@ -1,0 +1,45 @@
+"""The two-phase snapshot core. Knows nothing about any connector."""
+
+from .adapter import ForeachBatchAdapter, at_least_once, exactly_once, with_guarantee
+from .config import CoordinatorConfig, Guarantee
+from .coordinator import BatchRunner, Coordinator
+from .errors import (
+    CommitLogError,
+    ConfigurationError,
+    DataLossError,
+    RetriableError,
+    SchemaMismatchError,
+    SparkEOSError,
+    TransactionAbortedError,
+    TransactionIdCollisionError,
+)
+from .observe import BatchMetrics, enable_json_logging
+from .protocol import CommitLocation, Receipt, Transaction, TransactionalSink, TxnState
+from .txpool import TransactionPool
+
+__all__ = [
+    "BatchMetrics",
+    "BatchRunner",
+    "CommitLocation",
+    "CommitLogError",
+    "ConfigurationError",
+    "Coordinator",
+    "CoordinatorConfig",
+    "DataLossError",
+    "ForeachBatchAdapter",
+    "Guarantee",
+    "Receipt",
+    "RetriableError",
+    "SchemaMismatchError",
+    "SparkEOSError",
+    "Transaction",
+    "TransactionAbortedError",
+    "TransactionIdCollisionError",
+    "TransactionPool",
+    "TransactionalSink",
+    "TxnState",
+    "at_least_once",
+    "enable_json_logging",
+    "exactly_once",
+    "with_guarantee",
+]

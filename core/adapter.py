@@ -1,0 +1,156 @@
+"""The one-line foreachBatch adapter: ``.foreachBatch(exactly_once(sink, name=...))``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .commitlog import CommitLog, open_store, sink_log_location
+from .config import CoordinatorConfig, Guarantee
+from .coordinator import Coordinator
+from .errors import TransactionIdCollisionError
+from .faults import FaultPlan
+from .observe import BatchMetrics
+from .protocol import TransactionalSink
+from .spark import SparkBatchRunner, require_durable_checkpoint, running_query
+from .txpool import query_key_for
+
+MetricsCallback = Callable[[BatchMetrics], None]
+
+
+class ForeachBatchAdapter:
+    """A callable for ``DataStreamWriter.foreachBatch`` that runs the protocol.
+
+    ``metrics`` holds the last 100 ``BatchMetrics``; ``on_batch`` is called with each.
+    """
+
+    def __init__(
+        self,
+        sink: TransactionalSink[Any],
+        config: CoordinatorConfig,
+        on_batch: MetricsCallback | None = None,
+    ) -> None:
+        self.sink = sink
+        self.config = config
+        self.on_batch = on_batch
+        self.metrics: deque[BatchMetrics] = deque(maxlen=100)
+        self._coordinator: Coordinator | None = None
+        self._query_id: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def last_metrics(self) -> BatchMetrics | None:
+        return self.metrics[-1] if self.metrics else None
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        with self._lock:
+            coordinator = self._coordinator_for(df)
+            metrics = coordinator.run_batch(int(batch_id), SparkBatchRunner(df))
+        self.metrics.append(metrics)
+        if self.on_batch is not None:
+            self.on_batch(metrics)
+
+    def _coordinator_for(self, df: Any) -> Coordinator:
+        query_id, checkpoint = running_query(df)
+        if self._coordinator is not None and query_id == self._query_id:
+            return self._coordinator
+        # A new query run (or the first batch): rebuild and recover from the log.
+        self._query_id = query_id
+        faults = FaultPlan.from_env()
+        if self.config.guarantee is not Guarantee.EXACTLY_ONCE:
+            key = query_key_for(query_id or f"adhoc:{self.name}")
+            self._coordinator = Coordinator(self.sink, self.config, None, key, faults)
+            return self._coordinator
+        location = require_durable_checkpoint(
+            self.config.checkpoint_location or checkpoint, self.name
+        )
+        identity = query_id or f"checkpoint:{location}"
+        log = CommitLog(open_store(sink_log_location(location, self.name), df.sparkSession))
+        key = self._claim_log(log, identity)
+        self._coordinator = Coordinator(self.sink, self.config, log, key, faults)
+        return self._coordinator
+
+    def _claim_log(self, log: CommitLog, query_identity: str) -> str:
+        """Check (or record) that this log belongs to this query and this destination."""
+        meta = log.read_meta()
+        mine = {
+            "query_id": query_identity,
+            "query_key": query_key_for(query_identity),
+            "sink_name": self.name,
+            "sink_type": self.sink.type_name,
+            "identity": self.sink.identity(),
+        }
+        if meta is None:
+            log.write_meta({**mine, "description": self.sink.describe(),
+                            "created": time.time()})
+            return str(mine["query_key"])
+        for field in ("query_id", "sink_type", "identity"):
+            if meta.get(field) != mine[field]:
+                raise TransactionIdCollisionError(
+                    f"the commit log at {log.location} belongs to another "
+                    f"{field.replace('_', ' ')}: recorded {meta.get(field)!r}, this run has "
+                    f"{mine[field]!r}; sharing it would mix two queries' transactions",
+                    sink=self.name,
+                    fix="give each query its own checkpointLocation and each sink of a query "
+                    "its own name; if the old query is gone for good, run "
+                    "`sparkeos recover` on it and delete that directory",
+                )
+        if meta.get("description") != self.sink.describe():
+            meta["description"] = self.sink.describe()
+            log.write_meta(meta)
+        return str(meta["query_key"])
+
+
+def with_guarantee(
+    sink: TransactionalSink[Any],
+    name: str,
+    guarantee: Guarantee | str,
+    *,
+    checkpoint_location: str | None = None,
+    on_batch: MetricsCallback | None = None,
+    **settings: Any,
+) -> ForeachBatchAdapter:
+    config = CoordinatorConfig(
+        name=name,
+        guarantee=Guarantee.parse(guarantee),
+        checkpoint_location=checkpoint_location,
+        **settings,
+    )
+    return ForeachBatchAdapter(sink, config, on_batch)
+
+
+def exactly_once(
+    sink: TransactionalSink[Any],
+    name: str,
+    *,
+    checkpoint_location: str | None = None,
+    on_batch: MetricsCallback | None = None,
+    **settings: Any,
+) -> ForeachBatchAdapter:
+    """Wrap ``sink`` for ``foreachBatch`` with the exactly-once guarantee.
+
+    ``name`` identifies the sink within the query and must stay the same across
+    restarts. The commit log goes to ``<checkpointLocation>/sparkeos/<name>/``; the
+    query's checkpointLocation is found automatically, or give ``checkpoint_location``.
+    """
+    return with_guarantee(sink, name, Guarantee.EXACTLY_ONCE,
+                          checkpoint_location=checkpoint_location, on_batch=on_batch,
+                          **settings)
+
+
+def at_least_once(
+    sink: TransactionalSink[Any],
+    name: str,
+    *,
+    on_batch: MetricsCallback | None = None,
+    **settings: Any,
+) -> ForeachBatchAdapter:
+    """Each task commits its own transaction; a replayed batch is written again."""
+    return with_guarantee(sink, name, Guarantee.AT_LEAST_ONCE, on_batch=on_batch, **settings)

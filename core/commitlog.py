@@ -1,0 +1,341 @@
+"""The durable commit log: the coordinator's memory across crashes.
+
+Per sink, a directory ``<checkpointLocation>/sparkeos/<sink name>/`` holds one small
+JSON file per record. Every record is written to a temporary name, made durable
+and renamed into place, so a reader sees a record whole or not at all. Records are
+write-once; the state of a batch is the set of its records:
+
+``begun.<attempt>``   the IDs of batch N's transactions may now exist
+``aborted.<attempt>`` every transaction of that attempt was rolled back
+``decided``           every participant prepared; N must be committed
+``finished``          every participant of N is committed
+
+Stores: ``LocalStore`` (POSIX paths, ``file:`` URIs) and ``HadoopStore`` (any
+Hadoop-compatible URI Spark's own checkpoint can use, through the JVM of the
+active SparkSession). A database-backed store implements the same ``Store``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from .errors import CommitLogError
+
+BEGUN, ABORTED, DECIDED, FINISHED = "begun", "aborted", "decided", "finished"
+_KINDS = (BEGUN, ABORTED, DECIDED, FINISHED)
+_RECORD = re.compile(r"^(\d{20})\.(begun|aborted|decided|finished)(?:\.(\d+))?\.json$")
+META = "sink.json"
+LAST_ERROR = "last-error.json"
+
+
+class Store(ABC):
+    """Where records live. Names are flat (no sub-directories)."""
+
+    location: str
+
+    @abstractmethod
+    def list_names(self) -> list[str]: ...
+
+    @abstractmethod
+    def read(self, name: str) -> bytes: ...
+
+    @abstractmethod
+    def write_new(self, name: str, data: bytes) -> None:
+        """Durably create ``name``; fail if it exists."""
+
+    @abstractmethod
+    def replace(self, name: str, data: bytes) -> None:
+        """Durably write ``name``, replacing it if present."""
+
+    @abstractmethod
+    def delete(self, name: str) -> None: ...
+
+
+class LocalStore(Store):
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.location = directory
+        os.makedirs(directory, exist_ok=True)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def list_names(self) -> list[str]:
+        return [n for n in os.listdir(self.directory) if not n.startswith(".")]
+
+    def read(self, name: str) -> bytes:
+        with open(self._path(name), "rb") as fh:
+            return fh.read()
+
+    def _write_temp(self, data: bytes) -> str:
+        tmp = self._path(f".tmp-{uuid.uuid4().hex}")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return tmp
+
+    def _sync_dir(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def write_new(self, name: str, data: bytes) -> None:
+        tmp = self._write_temp(data)
+        try:
+            # link() fails if the target exists: write-once without a race.
+            os.link(tmp, self._path(name))
+        except FileExistsError:
+            raise CommitLogError(
+                f"commit-log record {name} already exists in {self.directory}",
+                fix="another process is writing this sink's commit log; run one query per "
+                "checkpointLocation and unique sink names",
+            ) from None
+        finally:
+            os.unlink(tmp)
+        self._sync_dir()
+
+    def replace(self, name: str, data: bytes) -> None:
+        tmp = self._write_temp(data)
+        os.replace(tmp, self._path(name))
+        self._sync_dir()
+
+    def delete(self, name: str) -> None:
+        try:
+            os.unlink(self._path(name))
+        except FileNotFoundError:
+            pass
+
+
+class HadoopStore(Store):
+    """A store on any Hadoop-compatible file system, via the SparkSession's JVM."""
+
+    def __init__(self, uri: str, spark: Any) -> None:
+        self.location = uri
+        jvm = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._dir = jvm.org.apache.hadoop.fs.Path(uri)
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._fs = self._dir.getFileSystem(conf)
+        self._fs.mkdirs(self._dir)
+
+    def _path(self, name: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(self._dir, name)
+
+    def list_names(self) -> list[str]:
+        names = [s.getPath().getName() for s in self._fs.listStatus(self._dir)]
+        return [n for n in names if not n.startswith(".")]
+
+    def read(self, name: str) -> bytes:
+        stream = self._fs.open(self._path(name))
+        try:
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+
+    def _write_temp(self, data: bytes) -> Any:
+        tmp = self._path(f".tmp-{uuid.uuid4().hex}")
+        out = self._fs.create(tmp, False)
+        try:
+            out.write(bytearray(data))
+            out.hsync()
+        finally:
+            out.close()
+        return tmp
+
+    def write_new(self, name: str, data: bytes) -> None:
+        target = self._path(name)
+        if self._fs.exists(target):
+            raise CommitLogError(
+                f"commit-log record {name} already exists in {self.location}",
+                fix="run one query per checkpointLocation and unique sink names",
+            )
+        tmp = self._write_temp(data)
+        if not self._fs.rename(tmp, target):
+            self._fs.delete(tmp, False)
+            raise CommitLogError(
+                f"could not rename a commit-log record into {target.toString()}",
+                fix="check that the checkpoint file system supports atomic rename",
+            )
+
+    def replace(self, name: str, data: bytes) -> None:
+        target = self._path(name)
+        tmp = self._write_temp(data)
+        self._fs.delete(target, False)
+        self._fs.rename(tmp, target)
+
+    def delete(self, name: str) -> None:
+        self._fs.delete(self._path(name), False)
+
+
+def is_local_uri(location: str) -> bool:
+    parsed = urlparse(location)
+    return parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt")
+
+
+def local_path(location: str) -> str:
+    parsed = urlparse(location)
+    return parsed.path if parsed.scheme == "file" else location
+
+
+def sink_log_location(checkpoint_location: str, sink: str) -> str:
+    return f"{checkpoint_location.rstrip('/')}/sparkeos/{sink}"
+
+
+def open_store(location: str, spark: Any = None) -> Store:
+    """A store for a local path / ``file:`` URI, or any Hadoop URI given a session."""
+    if is_local_uri(location):
+        return LocalStore(local_path(location))
+    if spark is None:
+        raise CommitLogError(
+            f"the commit log at {location} is on a non-local file system",
+            fix="pass an active SparkSession (the CLI needs `--spark`) so it can be "
+            "reached through Hadoop's FileSystem",
+        )
+    return HadoopStore(location, spark)
+
+
+@dataclass
+class BatchState:
+    """Everything the log says about one batch."""
+
+    batch_id: int
+    begun: dict[int, dict[str, Any]] = field(default_factory=dict)
+    aborted: set[int] = field(default_factory=set)
+    decided: dict[str, Any] | None = None
+    finished: dict[str, Any] | None = None
+
+    @property
+    def last_attempt(self) -> int:
+        return max(self.begun, default=-1)
+
+    @property
+    def needs_commit(self) -> bool:
+        return self.decided is not None and self.finished is None
+
+    @property
+    def needs_rollback(self) -> bool:
+        """An attempt began, was never decided, and was not rolled back yet."""
+        return (
+            self.decided is None
+            and self.finished is None
+            and self.last_attempt >= 0
+            and self.last_attempt not in self.aborted
+        )
+
+    @property
+    def unresolved(self) -> bool:
+        return self.needs_commit or self.needs_rollback
+
+    @property
+    def status(self) -> str:
+        if self.finished is not None:
+            return "finished"
+        if self.decided is not None:
+            return "decided"
+        if self.needs_rollback:
+            return "begun"
+        return "aborted"
+
+
+def record_name(batch_id: int, kind: str, attempt: int | None = None) -> str:
+    if kind not in _KINDS:
+        raise ValueError(kind)
+    suffix = f".{attempt}" if attempt is not None else ""
+    return f"{batch_id:020d}.{kind}{suffix}.json"
+
+
+class CommitLog:
+    """Typed access to one sink's records in a ``Store``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @property
+    def location(self) -> str:
+        return self.store.location
+
+    # -- metadata --------------------------------------------------------------------
+    def read_meta(self) -> dict[str, Any] | None:
+        if META not in self.store.list_names():
+            return None
+        return self._load(META)
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        self.store.replace(META, _dump(meta))
+
+    def record_error(self, error: dict[str, Any]) -> None:
+        self.store.replace(LAST_ERROR, _dump(error))
+
+    def last_error(self) -> dict[str, Any] | None:
+        if LAST_ERROR not in self.store.list_names():
+            return None
+        return self._load(LAST_ERROR)
+
+    # -- records ---------------------------------------------------------------------
+    def append(
+        self, batch_id: int, kind: str, payload: dict[str, Any], attempt: int | None = None
+    ) -> None:
+        body = {"batch_id": batch_id, "kind": kind, "attempt": attempt, **payload}
+        self.store.write_new(record_name(batch_id, kind, attempt), _dump(body))
+
+    def batches(self) -> dict[int, BatchState]:
+        states: dict[int, BatchState] = {}
+        for name in sorted(self.store.list_names()):
+            match = _RECORD.match(name)
+            if not match:
+                continue
+            batch_id, kind = int(match.group(1)), match.group(2)
+            attempt = int(match.group(3)) if match.group(3) is not None else None
+            state = states.setdefault(batch_id, BatchState(batch_id))
+            if kind == ABORTED and attempt is not None:
+                state.aborted.add(attempt)
+                continue
+            body = self._load(name)
+            if kind == BEGUN and attempt is not None:
+                state.begun[attempt] = body
+            elif kind == DECIDED:
+                state.decided = body
+            elif kind == FINISHED:
+                state.finished = body
+        return states
+
+    def purge_before(self, batch_id: int, states: Iterable[BatchState]) -> None:
+        """Delete resolved records of batches older than ``batch_id``."""
+        for state in states:
+            if state.batch_id >= batch_id or state.unresolved:
+                continue
+            for attempt in state.begun:
+                self.store.delete(record_name(state.batch_id, BEGUN, attempt))
+            for attempt in state.aborted:
+                self.store.delete(record_name(state.batch_id, ABORTED, attempt))
+            self.store.delete(record_name(state.batch_id, DECIDED))
+            self.store.delete(record_name(state.batch_id, FINISHED))
+
+    def _load(self, name: str) -> dict[str, Any]:
+        raw = self.store.read(name)
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise CommitLogError(
+                f"commit-log record {name} in {self.location} is not valid JSON ({exc})",
+                fix="the file was changed by hand or by another tool; restore it from a "
+                "backup, or inspect it with `sparkeos status`",
+            ) from None
+        if not isinstance(data, dict):
+            raise CommitLogError(f"commit-log record {name} is not a JSON object")
+        return data
+
+
+def _dump(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()

@@ -1,0 +1,77 @@
+"""Configuration shared by every sink: guarantees and coordinator settings."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+
+_SINK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class Guarantee(enum.Enum):
+    """Processing guarantee of a sink, strongest first."""
+
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
+    NONE = "none"
+
+    @property
+    def strength(self) -> int:
+        return {"exactly_once": 2, "at_least_once": 1, "none": 0}[self.value]
+
+    @classmethod
+    def parse(cls, value: Guarantee | str) -> Guarantee:
+        if isinstance(value, Guarantee):
+            return value
+        try:
+            return cls(value.lower().replace("-", "_"))
+        except ValueError:
+            names = ", ".join(g.value for g in cls)
+            raise ConfigurationError(
+                f"unknown processing guarantee {value!r}", fix=f"use one of: {names}"
+            ) from None
+
+
+def validate_sink_name(name: str) -> str:
+    """Sink names become parts of transaction IDs and paths: keep them plain."""
+    if not isinstance(name, str) or not _SINK_NAME.match(name):
+        raise ConfigurationError(
+            f"invalid sink name {name!r}",
+            fix="use 1-64 characters of letters, digits, '_', '.', '-', starting with a "
+            "letter or digit; the name must stay the same across restarts of the query",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """Settings of the foreachBatch adapter.
+
+    ``retain_batches``: how many batches of commit-log records to keep (at least as many
+    as Spark's ``spark.sql.streaming.minBatchesToRetain``, default 100, so that any batch
+    Spark may re-run is still on record).
+    ``commit_parallelism``: driver threads used to commit the participants of a batch.
+    """
+
+    name: str
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    checkpoint_location: str | None = None
+    retain_batches: int = 100
+    commit_parallelism: int = 4
+
+    def __post_init__(self) -> None:
+        validate_sink_name(self.name)
+        object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
+        if self.retain_batches < 2:
+            raise ConfigurationError(
+                f"retain_batches={self.retain_batches} is too small",
+                sink=self.name,
+                fix="keep at least 2 batches (default 100, as Spark's minBatchesToRetain)",
+            )
+        if self.commit_parallelism < 1:
+            raise ConfigurationError(
+                f"commit_parallelism={self.commit_parallelism} must be >= 1", sink=self.name
+            )

@@ -1,0 +1,109 @@
+"""One error hierarchy for sparkeos, grouped by what the caller should do.
+
+``SparkEOSError``
+    ``ConfigurationError``      fix the configuration; nothing was written.
+        ``SchemaMismatchError`` the batch does not fit what the sink holds.
+    ``RetriableError``          transient (unreachable system, timeout); restarting
+                                the query re-runs the batch, nothing is lost.
+    ``TransactionAbortedError`` a batch failed before its decision; every transaction
+                                of it was rolled back; a restart writes it again.
+    ``CommitLogError``          the durable commit log is unreadable or owned by
+                                another query; operator action needed.
+        ``TransactionIdCollisionError``
+    ``DataLossError``           a decided transaction can no longer be committed.
+                                Never swallowed: the query stops.
+
+Every message names the sink, the batch and the transaction ID where known, and
+ends with what the user can do about it.
+"""
+
+from __future__ import annotations
+
+
+class SparkEOSError(Exception):
+    """Root of every error raised by sparkeos."""
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        sink: str | None = None,
+        batch_id: int | None = None,
+        txn_id: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.sink = sink
+        self.batch_id = batch_id
+        self.txn_id = txn_id
+        self.fix = fix
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        labelled = (("sink", self.sink), ("batch", self.batch_id), ("txn", self.txn_id))
+        where = [f"{label}={value}" for label, value in labelled if value is not None]
+        text = self.problem
+        if where:
+            text = f"[{' '.join(where)}] {text}"
+        if self.fix:
+            text = f"{text}\n  What to do: {self.fix}"
+        return text
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Errors cross the Spark task/driver boundary by pickling; keyword-only
+        # constructor arguments need an explicit reduce.
+        return (
+            _rebuild,
+            (type(self), self.problem, self.sink, self.batch_id, self.txn_id, self.fix),
+        )
+
+
+def _rebuild(
+    cls: type[SparkEOSError],
+    problem: str,
+    sink: str | None,
+    batch_id: int | None,
+    txn_id: str | None,
+    fix: str | None,
+) -> SparkEOSError:
+    return cls(problem, sink=sink, batch_id=batch_id, txn_id=txn_id, fix=fix)
+
+
+class ConfigurationError(SparkEOSError, ValueError):
+    """Wrong or missing configuration, detected before anything was written."""
+
+
+class SchemaMismatchError(ConfigurationError):
+    """The DataFrame's schema does not fit the sink (or changed between batches)."""
+
+
+class RetriableError(SparkEOSError):
+    """A transient failure: the batch can be retried; nothing was lost or committed."""
+
+
+class TransactionAbortedError(SparkEOSError):
+    """Phase 1 failed; every transaction of the batch was rolled back."""
+
+
+class CommitLogError(SparkEOSError):
+    """The commit log is unreadable, inconsistent or belongs to another query."""
+
+
+class TransactionIdCollisionError(CommitLogError):
+    """Two queries or sinks would use the same transaction IDs."""
+
+
+class DataLossError(SparkEOSError):
+    """A transaction recorded as decided can no longer be committed."""
+
+
+def describe_cause(exc: BaseException, limit: int = 400) -> str:
+    """A one-line summary of ``exc``; Spark's task errors carry a whole JVM trace."""
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in lines:
+        head = line.split(":", 1)[0]
+        if head.endswith(("Error", "Exception")) and not head.endswith(".PythonException"):
+            return line[:limit]
+    summary = lines[0] if lines else ""
+    return f"{type(exc).__name__}: {summary}"[:limit]

@@ -1,0 +1,95 @@
+"""Crash injection at protocol points, for the conformance suite and the demo.
+
+A plan comes from the environment variable ``SPARKEOS_FAULT`` as ``point@batch``
+(``after_decided@2``), or ``point`` for every batch. Production runs never set it; a
+check is one attribute comparison.
+
+Driver points kill the driver process (``os._exit``), as a power cut would: no
+``finally`` blocks, no flushing. Task points run inside Spark's Python workers:
+
+* ``kill_driver_after_first_prepare``: partition 0's task prepares, then kills the
+  driver process (its PID travels with the plan), leaving some participants
+  prepared and others not;
+* ``task_fail_before_prepare`` / ``task_fail_after_prepare``: the first attempt of
+  partition 0's task dies (its worker exits), so Spark retries it (or fails the
+  job if the master allows no retries) with the same transaction ID.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+ENV_VAR = "SPARKEOS_FAULT"
+CRASH_EXIT_CODE = 86
+
+DRIVER_POINTS = (
+    "after_begun",
+    "after_all_prepared",
+    "after_decided",
+    "after_first_commit",
+    "after_all_commits",
+    "after_finished",
+)
+TASK_POINTS = (
+    "kill_driver_after_first_prepare",
+    "task_fail_before_prepare",
+    "task_fail_after_prepare",
+)
+ALL_POINTS = DRIVER_POINTS + TASK_POINTS
+
+
+class InjectedCrash(BaseException):
+    """In-process stand-in for a killed process (``simulate=True``).
+
+    A BaseException, so no ``except Exception`` on the way runs cleanup a real crash
+    would never run."""
+
+
+class InjectedTaskFailure(Exception):
+    """In-process stand-in for a dead task attempt (``simulate=True``)."""
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    point: str | None = None
+    batch_id: int | None = None
+    driver_pid: int = 0
+    simulate: bool = False
+    """Raise InjectedCrash / InjectedTaskFailure instead of killing processes."""
+
+    @classmethod
+    def from_env(cls) -> FaultPlan:
+        spec = os.environ.get(ENV_VAR, "").strip()
+        if not spec:
+            return cls()
+        point, _, batch = spec.partition("@")
+        if point not in ALL_POINTS:
+            raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {ALL_POINTS}")
+        return cls(point, int(batch) if batch else None, os.getpid())
+
+    def _matches(self, point: str, batch_id: int) -> bool:
+        return self.point == point and (self.batch_id is None or self.batch_id == batch_id)
+
+    def driver(self, point: str, batch_id: int) -> None:
+        if self._matches(point, batch_id):
+            if self.simulate:
+                raise InjectedCrash(f"{point}@{batch_id}")
+            print(f"sparkeos fault injection: driver crash at {point} batch {batch_id}",
+                  file=sys.stderr, flush=True)
+            os._exit(CRASH_EXIT_CODE)
+
+    def task(self, point: str, batch_id: int, partition: int, attempt_number: int) -> None:
+        if partition != 0 or attempt_number != 0 or not self._matches(point, batch_id):
+            return
+        if self.simulate:
+            if point == "kill_driver_after_first_prepare":
+                raise InjectedCrash(f"{point}@{batch_id}")
+            raise InjectedTaskFailure(f"{point}@{batch_id}")
+        if point == "kill_driver_after_first_prepare":
+            os.kill(self.driver_pid, signal.SIGKILL)
+            time.sleep(60)  # the JVM dies with the driver and takes this worker along
+        os._exit(CRASH_EXIT_CODE)

@@ -1,0 +1,137 @@
+"""Everything that touches Spark: sessions, the batch runner, query identity."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from .coordinator import TaskFunction, TaskResult
+from .errors import ConfigurationError
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_RESULT_SCHEMA = "partition long, result string"
+
+
+def ensure_python_workers() -> None:
+    """Make Spark's Python workers use this interpreter (and so its packages).
+
+    Without it Spark starts workers with the system ``python3``, which lacks the
+    virtual environment's packages and fails with "No module named 'pyarrow'".
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def local_session(app_name: str = "sparkeos", master: str = "local[2]",
+                  conf: dict[str, str] | None = None) -> Any:
+    """A local SparkSession with small defaults suited to tests, demos and benchmarks."""
+    ensure_python_workers()
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "false")
+        .config("spark.driver.memory", "2g")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+class SparkBatchRunner:
+    """Runs phase-1 tasks over a foreachBatch DataFrame with ``mapInArrow``.
+
+    Arrow moves each partition to Python in columnar batches, so a sink writes at
+    close to the speed of Spark's own writers.
+    """
+
+    def __init__(self, df: Any) -> None:
+        self._df = df
+
+    def partitions(self) -> int:
+        return int(self._df.rdd.getNumPartitions())
+
+    def arrow_schema(self) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self._df.schema)
+
+    def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
+        # Task attempt IDs restart with every driver; the application ID makes the
+        # attempt token unique across driver restarts (fencing of zombie attempts).
+        app_id = self._df.sparkSession.sparkContext.applicationId
+
+        def run_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            assert ctx is not None
+            attempt = f"{app_id}-s{ctx.stageId()}-t{ctx.taskAttemptId()}"
+            result = task(ctx.partitionId(), ctx.attemptNumber(), attempt, batches)
+            yield pa.RecordBatch.from_pylist(
+                [{"partition": ctx.partitionId(), "result": json.dumps(result)}],
+                schema=pa.schema([("partition", pa.int64()), ("result", pa.string())]),
+            )
+
+        rows = self._df.mapInArrow(run_partition, _RESULT_SCHEMA).collect()
+        return [json.loads(row["result"]) for row in rows]
+
+    def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        sc = self._df.sparkSession.sparkContext
+        return list(sc.parallelize(list(items), len(items)).map(fn).collect())
+
+
+def running_query(df: Any) -> tuple[str | None, str | None]:
+    """(query id, resolved checkpoint root) of the query running this foreachBatch.
+
+    Spark sets the query ID as a local property of the thread that calls foreachBatch;
+    the query's checkpoint root is read from the JVM. Either may be None when the
+    function runs outside a streaming query.
+    """
+    session = df.sparkSession
+    query_id = session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    if not query_id:
+        return None, None
+    jvm = session.sparkContext._jvm
+    for cls in ("org.apache.spark.sql.classic.SparkSession", "org.apache.spark.sql.SparkSession"):
+        try:
+            holder = jvm
+            for part in cls.split("."):
+                holder = getattr(holder, part)
+            default = holder.getDefaultSession()
+            if not default.isDefined():
+                continue
+            query = default.get().streams().get(query_id)
+            if query is not None:
+                return query_id, str(query.streamingQuery().resolvedCheckpointRoot())
+        except Exception:
+            continue
+    return query_id, None
+
+
+def is_temporary_checkpoint(location: str) -> bool:
+    """Spark invents ``.../temporary-<uuid>`` when no checkpointLocation was set."""
+    return os.path.basename(location.rstrip("/")).startswith("temporary-")
+
+
+def require_durable_checkpoint(location: str | None, sink: str) -> str:
+    if location is None or is_temporary_checkpoint(location):
+        raise ConfigurationError(
+            "the streaming query has no checkpointLocation"
+            + (f" (Spark uses the temporary {location})" if location else ""),
+            sink=sink,
+            fix='set .option("checkpointLocation", "<durable path>") on writeStream, or pass '
+            "checkpoint_location= to exactly_once(); exactly-once needs a checkpoint that "
+            "survives restarts",
+        )
+    return location

@@ -1,0 +1,191 @@
+"""The exactly-once protocol with an in-memory participant: one test per invariant."""
+
+from __future__ import annotations
+
+import pytest
+from sparkeos.core.commitlog import CommitLog, LocalStore
+from sparkeos.core.config import CoordinatorConfig, Guarantee
+from sparkeos.core.coordinator import Coordinator
+from sparkeos.core.errors import (
+    CommitLogError,
+    ConfigurationError,
+    SchemaMismatchError,
+    TransactionAbortedError,
+)
+from sparkeos.core.faults import DRIVER_POINTS, TASK_POINTS, FaultPlan, InjectedCrash
+
+from tests.support.memory import ListRunner, MemorySink, MemoryStore, MemorySystem, id_batch
+
+BATCHES = [[[1, 2], [3]], [[4], [5, 6]], [[7, 8, 9], []], [[10], [11]]]
+ALL_IDS = list(range(1, 12))
+
+
+def coordinator(system: MemorySystem, log: CommitLog, faults: FaultPlan | None = None,
+                guarantee: Guarantee = Guarantee.EXACTLY_ONCE) -> Coordinator:
+    config = CoordinatorConfig(name="mem", guarantee=guarantee)
+    return Coordinator(MemorySink(system), config, log, "q1", faults)
+
+
+def run_query(system: MemorySystem, log: CommitLog, faults: FaultPlan | None,
+              spark_committed: list[int]) -> None:
+    """Run the batches Spark has not committed yet, as a restarted query would."""
+    coord = coordinator(system, log, faults)
+    for batch_id, partitions in enumerate(BATCHES):
+        if batch_id in spark_committed:
+            continue
+        coord.run_batch(batch_id, ListRunner(partitions))
+        spark_committed.append(batch_id)
+
+
+def test_happy_path_writes_every_row_once(tmp_path):
+    system, log = MemorySystem(), CommitLog(LocalStore(str(tmp_path)))
+    run_query(system, log, None, [])
+    assert sorted(system.visible) == ALL_IDS
+    states = log.batches()
+    assert [s.status for s in states.values()] == ["finished"] * 4
+    assert not system.prepared
+
+
+@pytest.mark.parametrize("point", DRIVER_POINTS + TASK_POINTS)
+@pytest.mark.parametrize("crash_batch", [0, 2])
+def test_crash_at_every_point_then_restart(point, crash_batch):
+    system, log, committed = MemorySystem(), CommitLog(MemoryStore()), []
+    faults = FaultPlan(point, crash_batch, simulate=True)
+    try:
+        run_query(system, log, faults, committed)
+    except InjectedCrash:
+        pass
+    run_query(system, log, None, committed)
+    assert sorted(system.visible) == ALL_IDS, point
+    assert not system.prepared
+
+
+def test_nothing_visible_before_decided():
+    """Invariant 1: a crash after every task prepared but before decided shows nothing."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    with pytest.raises(InjectedCrash):
+        run_query(system, log, FaultPlan("after_all_prepared", 0, simulate=True), [])
+    assert system.visible == []
+    assert len(system.prepared) == 2
+
+
+def test_decided_batch_is_committed_on_restart_not_rewritten():
+    """Invariants 2 and 3: decided means committed later; the re-run writes nothing."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    with pytest.raises(InjectedCrash):
+        run_query(system, log, FaultPlan("after_decided", 0, simulate=True), [])
+    assert system.visible == []
+    coord = coordinator(system, log)
+    metrics = coord.run_batch(0, ListRunner([[100], [200]]))  # different data: must be ignored
+    assert metrics.outcome == "replayed"
+    assert sorted(system.visible) == [1, 2, 3]
+    assert metrics.recovered == [{"batch_id": 0, "action": "committed"}]
+
+
+def test_rerun_before_decided_rolls_back_first():
+    """Invariant 4: prepared leftovers of the earlier attempt are rolled back."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    with pytest.raises(InjectedCrash):
+        run_query(system, log, FaultPlan("kill_driver_after_first_prepare", 1, simulate=True), [])
+    assert len(system.prepared) == 1  # partition 0 of batch 1 prepared, then the crash
+    metrics = coordinator(system, log).run_batch(1, ListRunner(BATCHES[1]))
+    assert metrics.recovered == [{"batch_id": 1, "action": "rolled_back"}]
+    assert sorted(system.visible) == [1, 2, 3, 4, 5, 6]
+    attempts = log.batches()[1]
+    assert sorted(attempts.begun) == [0, 1] and attempts.aborted == {0}
+
+
+def test_task_retry_fences_the_failed_attempt():
+    """Invariant 5: a retried task reuses the ID; the earlier attempt cannot commit."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = coordinator(system, log, FaultPlan("task_fail_after_prepare", 0, simulate=True))
+    coord.run_batch(0, ListRunner([[1, 2], [3]], max_attempts=2))
+    assert sorted(system.visible) == [1, 2, 3]
+    decided = log.batches()[0].decided
+    assert decided is not None and decided["participants"][0]["attempt"].endswith("-a1")
+
+
+def test_zombie_writes_never_commit():
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    sink = MemorySink(system)
+    coord = coordinator(system, log)
+    zombie_txn = coord.pool.transaction(0, 0, "zombie")
+    zombie = sink.begin(zombie_txn)
+    coord.run_batch(0, ListRunner([[1], [2]]))
+    with pytest.raises(RuntimeError, match="fenced"):
+        sink.write(zombie, id_batch([99]))
+    assert sorted(system.visible) == [1, 2]
+
+
+def test_transaction_ids_are_deterministic_and_bounded():
+    """Invariants 6 and 8: two IDs per participant, a function of (query, sink, p, slot)."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    run_query(system, log, None, [])
+    ids = {tuple(s.begun[0]["txn_ids"]) for s in log.batches().values()}
+    assert ids == {("seos-q1-mem-p0-s0", "seos-q1-mem-p1-s0"),
+                   ("seos-q1-mem-p0-s1", "seos-q1-mem-p1-s1")}
+
+
+def test_parallelism_change_between_runs_is_recovered_from_the_log():
+    """Invariant 7: the re-run has 3 partitions; the 2 old IDs come from the log."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    with pytest.raises(InjectedCrash):
+        coordinator(system, log, FaultPlan("after_all_prepared", 0, simulate=True)).run_batch(
+            0, ListRunner([[1, 2], [3]]))
+    coordinator(system, log).run_batch(0, ListRunner([[1], [2], [3]]))
+    assert sorted(system.visible) == [1, 2, 3]
+    assert not system.prepared
+
+
+def test_failed_phase_one_rolls_back_and_raises_typed_error():
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = coordinator(system, log, FaultPlan("task_fail_before_prepare", 0, simulate=True))
+    with pytest.raises(TransactionAbortedError, match="batch=0") as info:
+        coord.run_batch(0, ListRunner([[1], [2]], max_attempts=1))
+    assert "restart the query" in str(info.value)
+    assert system.visible == [] and not system.prepared
+    coordinator(system, log).run_batch(0, ListRunner([[1], [2]]))
+    assert sorted(system.visible) == [1, 2]
+
+
+def test_slot_still_held_is_refused():
+    from sparkeos.core.txpool import TransactionPool
+
+    with pytest.raises(CommitLogError, match="slot 0 is still held by unfinished batch 2"):
+        TransactionPool("q", "s").check_slot_free(4, [2, 3])
+
+
+def test_schema_change_between_batches_is_refused_before_writing():
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = coordinator(system, log)
+    coord.run_batch(0, ListRunner([[1]]))
+    runner = ListRunner([[2]])
+    import pyarrow as pa
+
+    runner.schema = pa.schema([("id", pa.string())])
+    with pytest.raises(SchemaMismatchError, match="id:int64->string"):
+        coord.run_batch(1, runner)
+    assert 1 not in log.batches()
+    assert log.last_error()["type"] == "SchemaMismatchError"
+
+
+def test_exactly_once_without_log_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match="checkpointLocation"):
+        Coordinator(MemorySink(MemorySystem()), CoordinatorConfig(name="m"), None, "q")
+
+
+def test_at_least_once_commits_in_tasks_and_duplicates_on_replay():
+    system = MemorySystem()
+    coord = coordinator(system, None, guarantee=Guarantee.AT_LEAST_ONCE)  # type: ignore[arg-type]
+    coord.run_batch(0, ListRunner([[1], [2]]))
+    coord.run_batch(0, ListRunner([[1], [2]]))
+    assert sorted(system.visible) == [1, 1, 2, 2]
+
+
+def test_old_records_are_purged():
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = Coordinator(MemorySink(system), CoordinatorConfig(name="mem", retain_batches=3),
+                        log, "q1")
+    for b in range(10):
+        coord.run_batch(b, ListRunner([[b]]))
+    assert sorted(log.batches()) == [6, 7, 8, 9]
