@@ -1,0 +1,21 @@
+"""Integration tests: real Spark (and real services for the connectors that need them).
+
+Everything under integration/ gets the ``spark`` marker automatically. Chaos tests
+(process kills and restarts) carry ``chaos``; ``./run quick`` leaves them out.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(root):
+            item.add_marker(pytest.mark.spark)

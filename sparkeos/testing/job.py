@@ -1,0 +1,167 @@
+"""A small streaming job run in a child process, so tests and the demo can kill it.
+
+    python -m sparkeos.testing.job spec.json
+
+The spec (JSON) names the input directory of JSON-lines files (``id``, ``payload``),
+the checkpoint, the mode (``exactly_once``, ``at_least_once`` or ``plain``) and the
+sink as ``{"factory": "module:callable", "kwargs": {...}}``. For ``plain`` the factory
+returns a foreachBatch function (what users write without sparkeos). Faults come from
+``SPARKEOS_FAULT`` (see ``sparkeos.core.faults``); in plain mode any fault kills the
+driver after the batch named in it was written, before Spark records the batch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sparkeos.core.faults import CRASH_EXIT_CODE, ENV_VAR
+
+INPUT_SCHEMA = "id long, payload string"
+
+
+@dataclass
+class JobSpec:
+    input: str
+    checkpoint: str
+    sink: dict[str, Any]
+    name: str = "conformance"
+    mode: str = "exactly_once"
+    master: str = "local[2]"
+    partitions: int = 2
+    max_files_per_trigger: int = 1
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    metrics_file: str | None = None
+
+
+@dataclass
+class JobResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def crashed(self) -> bool:
+        return self.returncode in (CRASH_EXIT_CODE, -signal.SIGKILL)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join((self.stdout + self.stderr).splitlines()[-lines:])
+
+
+def load_factory(ref: str) -> Callable[..., Any]:
+    module, _, attr = ref.partition(":")
+    target: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target  # type: ignore[no-any-return]
+
+
+def write_input(directory: str, ids_per_file: Iterable[Iterable[int]]) -> list[int]:
+    """Write one JSON-lines file per batch; return every id written."""
+    os.makedirs(directory, exist_ok=True)
+    written: list[int] = []
+    for index, ids in enumerate(ids_per_file):
+        path = os.path.join(directory, f"input-{index:05d}.json")
+        with open(path + ".tmp", "w") as fh:
+            for i in ids:
+                fh.write(json.dumps({"id": i, "payload": f"row-{i}"}) + "\n")
+                written.append(i)
+        os.replace(path + ".tmp", path)
+        # Distinct, increasing modification times keep the file source's order stable.
+        os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))
+    return written
+
+
+def plain_file_writer(path: str, format: str = "parquet") -> Callable[[Any, int], None]:
+    """The at-least-once foreachBatch file write users write without sparkeos."""
+
+    def write(df: Any, batch_id: int) -> None:
+        writer = df.write.mode("append")
+        if format == "parquet":
+            writer.parquet(path)
+        else:
+            writer.json(path)
+
+    return write
+
+
+def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 300.0,
+                    env: dict[str, str] | None = None) -> JobResult:
+    """Run the job in a child process (own process group, killed whole afterwards)."""
+    spec_path = os.path.join(spec.checkpoint + ".spec.json")
+    os.makedirs(os.path.dirname(spec_path) or ".", exist_ok=True)
+    with open(spec_path, "w") as fh:
+        json.dump(asdict(spec), fh)
+    child_env = {**os.environ, **(env or {})}
+    child_env.pop(ENV_VAR, None)
+    if fault:
+        child_env[ENV_VAR] = fault
+    child_env.setdefault("PYSPARK_PYTHON", sys.executable)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkeos.testing.job", spec_path],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        out, err = proc.communicate()
+        err += f"\n[sparkeos.testing] job killed after {timeout:.0f} s timeout"
+    finally:
+        _kill_group(proc.pid)  # the JVM and Python workers of a killed driver
+    return JobResult(proc.returncode, out, err)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as fh:
+        spec = JobSpec(**json.load(fh))
+    from sparkeos.core.adapter import with_guarantee
+    from sparkeos.core.faults import FaultPlan
+    from sparkeos.core.spark import local_session
+
+    spark = local_session(f"sparkeos-job-{spec.name}", spec.master, spec.spark_conf)
+    df = (spark.readStream.schema(INPUT_SCHEMA)
+          .option("maxFilesPerTrigger", spec.max_files_per_trigger).json(spec.input))
+    if spec.partitions:
+        df = df.repartition(spec.partitions)
+    factory = load_factory(spec.sink["factory"])
+    target = factory(**spec.sink.get("kwargs", {}))
+    if spec.mode == "plain":
+        fault = FaultPlan.from_env()
+
+        def batch_fn(batch_df: Any, batch_id: int) -> None:
+            target(batch_df, batch_id)
+            if fault.point and fault.batch_id in (None, batch_id):
+                os._exit(CRASH_EXIT_CODE)
+    else:
+        batch_fn = with_guarantee(target, spec.name, spec.mode)
+    query = (df.writeStream.foreachBatch(batch_fn)
+             .option("checkpointLocation", spec.checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    recorded = getattr(batch_fn, "metrics", None)
+    if spec.metrics_file and recorded is not None:
+        metrics = [m.as_dict() for m in recorded]
+        with open(spec.metrics_file, "w") as fh:
+            json.dump(metrics, fh)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
