@@ -63,12 +63,13 @@ class LocalStore(Store):
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.location = directory
-        os.makedirs(directory, exist_ok=True)
 
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
     def list_names(self) -> list[str]:
+        if not os.path.isdir(self.directory):
+            return []
         return [n for n in os.listdir(self.directory) if not n.startswith(".")]
 
     def read(self, name: str) -> bytes:
@@ -76,6 +77,7 @@ class LocalStore(Store):
             return fh.read()
 
     def _write_temp(self, data: bytes) -> str:
+        os.makedirs(self.directory, exist_ok=True)
         tmp = self._path(f".tmp-{uuid.uuid4().hex}")
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -127,12 +129,13 @@ class HadoopStore(Store):
         self._dir = jvm.org.apache.hadoop.fs.Path(uri)
         conf = spark.sparkContext._jsc.hadoopConfiguration()
         self._fs = self._dir.getFileSystem(conf)
-        self._fs.mkdirs(self._dir)
 
     def _path(self, name: str) -> Any:
         return self._jvm.org.apache.hadoop.fs.Path(self._dir, name)
 
     def list_names(self) -> list[str]:
+        if not self._fs.exists(self._dir):
+            return []
         names = [s.getPath().getName() for s in self._fs.listStatus(self._dir)]
         return [n for n in names if not n.startswith(".")]
 
@@ -144,6 +147,7 @@ class HadoopStore(Store):
             stream.close()
 
     def _write_temp(self, data: bytes) -> Any:
+        self._fs.mkdirs(self._dir)
         tmp = self._path(f".tmp-{uuid.uuid4().hex}")
         out = self._fs.create(tmp, False)
         try:

@@ -19,3 +19,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if str(item.fspath).startswith(root):
             item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One local SparkSession for the in-process integration tests."""
+    from sparkeos.core.spark import local_session
+
+    session = local_session("sparkeos-integration", "local[2]")
+    yield session
+    session.stop()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+
 from sparkeos.core.errors import ConfigurationError, DataLossError
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from sparkeos.core.commitlog import (
     BEGUN,
     DECIDED,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sparkeos.core.commitlog import CommitLog, LocalStore
 from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.coordinator import Coordinator
@@ -13,7 +14,6 @@ from sparkeos.core.errors import (
     TransactionAbortedError,
 )
 from sparkeos.core.faults import DRIVER_POINTS, TASK_POINTS, FaultPlan, InjectedCrash
-
 from tests.support.memory import ListRunner, MemorySink, MemoryStore, MemorySystem, id_batch
 
 BATCHES = [[[1, 2], [3]], [[4], [5, 6]], [[7, 8, 9], []], [[10], [11]]]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
-
 from tests.support.memory import ListRunner, MemorySink, MemoryStore, MemorySystem
 
 partitions = st.lists(st.integers(0, 4), min_size=1, max_size=4)  # rows per partition

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+
 from sparkeos.core.errors import DataLossError
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
-
 from sparkeos.testing.inprocess import ListRunner, MemoryStore, id_batch
 
 

@@ -1,0 +1,116 @@
+"""The foreachBatch adapter on real Spark: configuration errors, schema changes, stores."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sparkeos import ConfigurationError, exactly_once
+from sparkeos.connectors.file import FileSink, read_output
+from sparkeos.core.commitlog import BEGUN, DECIDED, CommitLog, HadoopStore
+from sparkeos.testing.job import INPUT_SCHEMA, write_input
+
+
+def _stream(spark, input_dir):  # type: ignore[no-untyped-def]
+    return (spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
+            .json(input_dir))
+
+
+def _run(df, adapter, checkpoint=None):  # type: ignore[no-untyped-def]
+    writer = df.writeStream.foreachBatch(adapter).trigger(availableNow=True)
+    if checkpoint:
+        writer = writer.option("checkpointLocation", checkpoint)
+    query = writer.start()
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+
+
+def _ids(path: str) -> list[int]:
+    table = read_output(path)
+    return sorted(table.column("id").to_pylist()) if table.num_rows else []
+
+
+def test_missing_checkpoint_location_is_a_clear_error(spark, tmp_path):
+    write_input(str(tmp_path / "in"), [[1, 2]])
+    adapter = exactly_once(FileSink(str(tmp_path / "out")), name="nock")
+    with pytest.raises(Exception, match="no checkpointLocation") as info:
+        _run(_stream(spark, str(tmp_path / "in")), adapter)
+    assert "What to do" in str(info.value)
+    assert _ids(str(tmp_path / "out")) == []
+
+
+def test_unwritable_output_fails_before_writing_then_recovers(spark, tmp_path):
+    write_input(str(tmp_path / "in"), [[1, 2], [3]])
+    blocker = tmp_path / "blocked"
+    blocker.write_text("a file where the output directory should be")
+    out, ckpt = str(blocker / "out"), str(tmp_path / "ckpt")
+    df = _stream(spark, str(tmp_path / "in"))
+    with pytest.raises(Exception, match="is not writable"):
+        _run(df, exactly_once(FileSink(out), name="files"), ckpt)
+    blocker.unlink()  # the operator fixes the destination and restarts the query
+    _run(df, exactly_once(FileSink(out), name="files"), ckpt)
+    assert _ids(out) == [1, 2, 3]
+
+
+def test_schema_change_between_batches_is_refused_and_loses_nothing(spark, tmp_path):
+    in_dir, out, ckpt = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ckpt")
+    write_input(in_dir, [[1, 2]])
+    df = _stream(spark, in_dir)
+    _run(df, exactly_once(FileSink(out), name="files"), ckpt)
+    write_input(in_dir, [[1, 2], [3, 4]])  # a second file arrives
+    changed = df.selectExpr("id", "length(payload) AS payload")
+    with pytest.raises(Exception, match="schema differs"):
+        _run(changed, exactly_once(FileSink(out), name="files"), ckpt)
+    assert _ids(out) == [1, 2]
+    _run(df, exactly_once(FileSink(out), name="files"), ckpt)  # the fixed job
+    assert _ids(out) == [1, 2, 3, 4]
+
+
+def test_same_sink_name_for_another_destination_is_refused(spark, tmp_path):
+    in_dir, ckpt = str(tmp_path / "in"), str(tmp_path / "ckpt")
+    write_input(in_dir, [[1]])
+    df = _stream(spark, in_dir)
+    _run(df, exactly_once(FileSink(str(tmp_path / "a")), name="files"), ckpt)
+    write_input(in_dir, [[1], [2]])
+    with pytest.raises(Exception, match="belongs to another identity"):
+        _run(df, exactly_once(FileSink(str(tmp_path / "b")), name="files"), ckpt)
+
+
+def test_metrics_are_reported_per_batch(spark, tmp_path):
+    in_dir = str(tmp_path / "in")
+    write_input(in_dir, [[1, 2, 3], [4]])
+    seen = []
+    adapter = exactly_once(FileSink(str(tmp_path / "out")), name="files", on_batch=seen.append)
+    _run(_stream(spark, in_dir), adapter, str(tmp_path / "ckpt"))
+    assert [m.rows for m in seen] == [3, 1]
+    assert all(m.outcome == "committed" and m.prepare_ms > 0 for m in seen)
+    assert adapter.last_metrics is seen[-1]
+
+
+def test_hadoop_store_through_spark_filesystem(spark, tmp_path):
+    store = HadoopStore(f"file://{tmp_path}/log", spark)
+    assert store.list_names() == []
+    log = CommitLog(store)
+    log.append(7, BEGUN, {"partitions": 2}, attempt=0)
+    log.append(7, DECIDED, {"participants": []})
+    log.write_meta({"query_key": "k"})
+    log.write_meta({"query_key": "k2"})
+    state = log.batches()[7]
+    assert state.needs_commit and state.begun[0]["partitions"] == 2
+    assert log.read_meta() == {"query_key": "k2"}
+    assert sorted(os.listdir(tmp_path / "log")) == sorted(
+        n for n in os.listdir(tmp_path / "log") if not n.startswith(".tmp"))
+    with pytest.raises(Exception, match="already exists"):
+        log.append(7, DECIDED, {})
+    store.delete("sink.json")
+    assert "sink.json" not in store.list_names()
+
+
+def test_configuration_errors_are_typed():
+    with pytest.raises(ConfigurationError, match="unknown file format"):
+        FileSink("/tmp/x", format="csv")
+    with pytest.raises(ConfigurationError, match="invalid sink name"):
+        exactly_once(FileSink("/tmp/x"), name="no spaces please")

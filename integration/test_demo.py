@@ -1,0 +1,26 @@
+"""The demo users run first: it must end with the verified line after real crashes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.chaos
+def test_demo_verifies_exactly_once_after_three_crashes(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkeos.cli", "demo", "--workdir", str(tmp_path / "demo"),
+         "--batches", "5", "--rows", "40", "--crashes", "3", "--seed", "7"],
+        capture_output=True, text=True, timeout=900,
+    )
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.fullmatch(
+        r"exactly-once: verified input=200 output=200 duplicates=0 missing=0", lines[-1])
+    table = [line.split() for line in lines if line.startswith(("plain", "sparkeos"))]
+    rows = {cells[0]: cells for cells in table}
+    assert int(rows["sparkeos"][2]) >= 3  # crashes
+    assert int(rows["plain"][6]) > 0  # duplicates: the plain write wrote batches twice

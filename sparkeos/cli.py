@@ -1,0 +1,165 @@
+"""The ``sparkeos`` command: demo, status, recover."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import Any
+
+from sparkeos.core.commitlog import CommitLog, open_store
+from sparkeos.core.config import CoordinatorConfig
+from sparkeos.core.coordinator import Coordinator
+from sparkeos.core.errors import ConfigurationError, SparkEOSError
+from sparkeos.core.protocol import TransactionalSink
+from sparkeos.core.txpool import TransactionPool
+
+
+def _sink_logs(checkpoint: str, only: str | None, spark: Any) -> list[tuple[str, CommitLog]]:
+    root = f"{checkpoint.rstrip('/')}/sparkeos"
+    base = open_store(root, spark)
+    names = sorted(n for n in base.list_names() if only is None or n == only)
+    if not names:
+        raise ConfigurationError(
+            f"no sparkeos sinks under {root}" + (f" named {only!r}" if only else ""),
+            fix="pass the query's checkpointLocation (the directory holding offsets/ and "
+            "commits/), and the sink name given to exactly_once()",
+        )
+    return [(n, CommitLog(open_store(f"{root}/{n}", spark))) for n in names]
+
+
+def _rebuild_sink(meta: dict[str, Any], overrides: dict[str, str]) -> TransactionalSink[Any]:
+    module, _, qualname = str(meta["sink_type"]).rpartition(".")
+    cls: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    description = {**meta.get("description", {}), **overrides}
+    try:
+        return cls.from_description(description)  # type: ignore[no-any-return]
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"cannot rebuild {meta['sink_type']} from its recorded description ({exc})",
+            fix="pass the missing settings (secrets are never recorded) with --set KEY=VALUE",
+        ) from None
+
+
+def _status(args: argparse.Namespace, spark: Any) -> int:
+    report = []
+    for name, log in _sink_logs(args.checkpoint, args.sink, spark):
+        meta = log.read_meta() or {}
+        states = log.batches()
+        pool = TransactionPool(str(meta.get("query_key", "?")), name) if meta else None
+        batches = []
+        for state in sorted(states.values(), key=lambda s: s.batch_id)[-args.last:]:
+            entry: dict[str, Any] = {"batch": state.batch_id, "status": state.status,
+                                     "attempts": len(state.begun)}
+            if state.decided is not None:
+                entry["rows"] = state.decided.get("rows")
+                entry["participants"] = len(state.decided.get("participants", []))
+            if state.unresolved and state.begun and pool is not None:
+                begun = state.begun[state.last_attempt]
+                entry["outstanding_txn_ids"] = begun.get("txn_ids", [])
+                entry["will"] = "commit" if state.needs_commit else "roll back"
+            batches.append(entry)
+        report.append({"sink": name, "type": meta.get("sink_type"),
+                       "destination": meta.get("identity"), "query_key": meta.get("query_key"),
+                       "log": log.location, "batches": batches, "last_error": log.last_error()})
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    for sink in report:
+        print(f"sink {sink['sink']}  ({sink['type']})  query {sink['query_key']}")
+        print(f"  destination: {json.dumps(sink['destination'])}")
+        print(f"  commit log:  {sink['log']}")
+        print(f"  {'batch':>8}  {'status':<9} {'attempts':>8} {'rows':>8} {'participants':>12}")
+        for b in sink["batches"]:
+            print(f"  {b['batch']:>8}  {b['status']:<9} {b['attempts']:>8} "
+                  f"{b.get('rows', '-')!s:>8} {b.get('participants', '-')!s:>12}")
+            for txn in b.get("outstanding_txn_ids", []):
+                print(f"            outstanding {txn} (recovery will {b['will']})")
+        unresolved = [b for b in sink["batches"] if "outstanding_txn_ids" in b]
+        print(f"  unresolved batches: {len(unresolved)}"
+              + ("  -> run `sparkeos recover`" if unresolved else ""))
+        if sink["last_error"]:
+            err = sink["last_error"]
+            print(f"  last error (batch {err.get('batch_id')}, {err.get('type')}): "
+                  f"{str(err.get('message', '')).splitlines()[0]}")
+    return 0
+
+
+def _recover(args: argparse.Namespace, spark: Any) -> int:
+    overrides = dict(item.split("=", 1) for item in args.set)
+    for name, log in _sink_logs(args.checkpoint, args.sink, spark):
+        meta = log.read_meta()
+        if not meta:
+            print(f"sink {name}: no metadata recorded; nothing to recover")
+            continue
+        unresolved = [s for s in log.batches().values() if s.unresolved]
+        if not unresolved:
+            print(f"sink {name}: nothing to recover")
+            continue
+        if args.dry_run:
+            for s in unresolved:
+                print(f"sink {name}: batch {s.batch_id} would be "
+                      f"{'committed' if s.needs_commit else 'rolled back'}")
+            continue
+        sink = _rebuild_sink(meta, overrides)
+        coordinator = Coordinator(sink, CoordinatorConfig(name=name), log,
+                                  str(meta["query_key"]))
+        try:
+            for action in coordinator.recover():
+                print(f"sink {name}: batch {action['batch_id']} {action['action']}")
+        finally:
+            sink.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sparkeos",
+                                     description="Exactly-once connectors for Spark.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="exactly-once demo on local Spark and files", add_help=False)
+    for name, helptext in (("status", "show each sink's batches and open transactions"),
+                           ("recover", "finish or roll back what a crashed query left")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("checkpoint", help="the query's checkpointLocation")
+        p.add_argument("--sink", help="only this sink name")
+        p.add_argument("--spark", action="store_true",
+                       help="start a local SparkSession to reach a Hadoop-compatible URI")
+    status = sub.choices["status"]
+    status.add_argument("--json", action="store_true")
+    status.add_argument("--last", type=int, default=20, help="show the last N batches")
+    recover = sub.choices["recover"]
+    recover.add_argument("--dry-run", action="store_true")
+    recover.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="sink setting not recorded in the log (e.g. a secret DSN)")
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"]:
+        from sparkeos.demo import main as demo
+
+        return demo(argv[1:])
+    args = parser.parse_args(argv)
+    spark = None
+    if args.spark:
+        from sparkeos.core.spark import local_session
+
+        spark = local_session("sparkeos-cli")
+    try:
+        checkpoint = args.checkpoint
+        if "://" not in checkpoint:
+            checkpoint = os.path.abspath(checkpoint)
+        args.checkpoint = checkpoint
+        return _status(args, spark) if args.command == "status" else _recover(args, spark)
+    except SparkEOSError as exc:
+        print(f"sparkeos {args.command}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

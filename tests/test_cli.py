@@ -1,0 +1,69 @@
+"""`sparkeos status` and `sparkeos recover` on a commit log a crash left behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkeos.cli import main
+from sparkeos.connectors.file import FileSink, read_output
+from sparkeos.core.adapter import ForeachBatchAdapter
+from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
+from sparkeos.core.config import CoordinatorConfig
+from sparkeos.core.coordinator import Coordinator
+from sparkeos.core.faults import FaultPlan, InjectedCrash
+from sparkeos.testing.inprocess import ListRunner
+
+
+def crashed_checkpoint(tmp_path, point: str) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
+    sink = FileSink(out)
+    config = CoordinatorConfig(name="files")
+    log = CommitLog(open_store(sink_log_location(ckpt, "files")))
+    key = ForeachBatchAdapter(sink, config)._claim_log(log, "query-1")
+    coord = Coordinator(sink, config, log, key)
+    coord.run_batch(0, ListRunner([[1], [2]]))
+    crashing = Coordinator(sink, config, log, key, FaultPlan(point, 1, simulate=True))
+    with pytest.raises(InjectedCrash):
+        crashing.run_batch(1, ListRunner([[3], [4]]))
+    return ckpt, out
+
+
+def ids(out: str) -> list[int]:
+    return sorted(read_output(out).column("id").to_pylist())
+
+
+def test_status_shows_outstanding_transactions(tmp_path, capsys):
+    ckpt, _ = crashed_checkpoint(tmp_path, "after_decided")
+    assert main(["status", ckpt]) == 0
+    text = capsys.readouterr().out
+    assert "decided" in text and "unresolved batches: 1" in text
+    assert "outstanding seos-" in text and "recovery will commit" in text
+
+
+def test_status_json(tmp_path, capsys):
+    import json
+
+    ckpt, _ = crashed_checkpoint(tmp_path, "after_all_prepared")
+    assert main(["status", ckpt, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    last = report[0]["batches"][-1]
+    assert last["status"] == "begun" and last["will"] == "roll back"
+    assert len(last["outstanding_txn_ids"]) == 2
+
+
+@pytest.mark.parametrize("point,expected", [("after_decided", [1, 2, 3, 4]),
+                                            ("after_all_prepared", [1, 2])])
+def test_recover_finishes_or_rolls_back(tmp_path, capsys, point, expected):
+    ckpt, out = crashed_checkpoint(tmp_path, point)
+    assert main(["recover", ckpt, "--dry-run"]) == 0
+    assert ids(out) == [1, 2]
+    assert main(["recover", ckpt]) == 0
+    assert ids(out) == expected
+    assert main(["recover", ckpt]) == 0
+    assert "nothing to recover" in capsys.readouterr().out
+
+
+def test_unknown_checkpoint_is_a_clear_error(tmp_path, capsys):
+    assert main(["status", str(tmp_path / "nothing")]) == 2
+    assert "no sparkeos sinks" in capsys.readouterr().err
+    assert not (tmp_path / "nothing").exists()
