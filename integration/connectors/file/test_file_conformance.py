@@ -6,7 +6,6 @@ import os
 from typing import Any
 
 from sparkeos.connectors.file import read_output
-
 from sparkeos.testing.conformance import ConnectorConformance
 
 
