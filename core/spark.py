@@ -64,7 +64,12 @@ class SparkBatchRunner:
     def arrow_schema(self) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        return to_arrow_schema(self._df.schema)
+        # Timestamps reach tasks in the session time zone; the schema recorded in the
+        # commit log uses UTC so that a time-zone setting change is not a schema change.
+        try:
+            return to_arrow_schema(self._df.schema, timezone="UTC")
+        except TypeError:  # pyspark < 4.1 has no timezone parameter
+            return to_arrow_schema(self._df.schema)
 
     def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
         # Task attempt IDs restart with every driver; the application ID makes the

@@ -114,3 +114,15 @@ def test_configuration_errors_are_typed():
         FileSink("/tmp/x", format="csv")
     with pytest.raises(ConfigurationError, match="invalid sink name"):
         exactly_once(FileSink("/tmp/x"), name="no spaces please")
+
+
+def test_stable_keys_on_spark(spark):
+    from sparkeos.core.idempotent import KEY_COLUMN, drop_replayed, key_of, with_stable_keys
+
+    df = spark.createDataFrame([(1, "a"), (2, None)], "id long, name string").repartition(1)
+    keyed = with_stable_keys(df, 5, ["id", "name"]).collect()
+    assert {r[KEY_COLUMN] for r in keyed} == {key_of([1, "a"]), key_of([2, None])}
+    positional = sorted(r[KEY_COLUMN] for r in with_stable_keys(df, 5).collect())
+    assert positional == ["5-0-0", "5-0-1"]
+    twice = with_stable_keys(df.union(df), 5, ["id"])
+    assert drop_replayed(twice).count() == 2

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import pytest
+
+from sparkeos.core.dedup import SeenIds
+from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.idempotent import key_of, positional_keys
+from sparkeos.testing.inprocess import MemoryStore
+
+
+def test_redeliveries_are_dropped_until_acknowledged():
+    seen = SeenIds()
+    seen.add(0, ["a", "b"])
+    assert seen.filter_new(["a", "c", "c", "b", "d"]) == ["c", "d"]
+    seen.add(1, ["c", "d"])
+    assert seen.acknowledged(0) == 2
+    assert "a" not in seen and "c" in seen and len(seen) == 2
+
+
+def test_bound_is_an_error_not_silent_forgetting():
+    seen = SeenIds(max_ids=3)
+    seen.add(0, ["a", "b"])
+    with pytest.raises(ConfigurationError, match="bound of 3"):
+        seen.add(1, ["c", "d"])
+    assert len(seen) == 2
+
+
+def test_persisted_with_the_batch_and_restored():
+    store = MemoryStore()
+    seen = SeenIds()
+    seen.add(4, ["x"])
+    seen.save(store, 4)
+    seen.add(5, ["y"])
+    seen.save(store, 5)
+    assert [n for n in store.list_names()] == ["seen-ids.00000000000000000005.json"]
+    restored = SeenIds.load(store)
+    assert "x" in restored and "y" in restored
+    assert len(SeenIds.load(store, at_most_batch=4)) == 0  # older snapshot was dropped
+    assert len(SeenIds.load(MemoryStore())) == 0
+
+
+def test_stable_keys():
+    assert key_of(["a", 1]) == key_of(["a", 1]) != key_of(["a", 2])
+    assert key_of([None, "x"]) != key_of(["", "x"])
+    assert list(positional_keys(3, 1, 10, 2)) == ["3-1-10", "3-1-11"]
