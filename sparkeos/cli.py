@@ -45,8 +45,24 @@ def _rebuild_sink(meta: dict[str, Any], overrides: dict[str, str]) -> Transactio
         ) from None
 
 
+def _probe(meta: dict[str, Any], overrides: dict[str, str], pool: TransactionPool,
+           batch_id: int, partitions: int) -> dict[str, str]:
+    """What the external system holds for each outstanding transaction ID."""
+    try:
+        sink = _rebuild_sink(meta, overrides)
+    except SparkEOSError as exc:
+        return {"error": exc.problem}
+    try:
+        return {t.txn_id: sink.probe(t).value for t in pool.transactions(batch_id, partitions)}
+    except Exception as exc:  # status must still print the rest
+        return {"error": f"probe failed: {exc}"}
+    finally:
+        sink.close()
+
+
 def _status(args: argparse.Namespace, spark: Any) -> int:
-    report = []
+    report: list[dict[str, Any]] = []
+    overrides = dict(item.split("=", 1) for item in args.set)
     for name, log in _sink_logs(args.checkpoint, args.sink, spark):
         meta = log.read_meta() or {}
         states = log.batches()
@@ -62,6 +78,9 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
                 begun = state.begun[state.last_attempt]
                 entry["outstanding_txn_ids"] = begun.get("txn_ids", [])
                 entry["will"] = "commit" if state.needs_commit else "roll back"
+                if args.probe:
+                    entry["probe"] = _probe(meta, overrides, pool, state.batch_id,
+                                            int(begun.get("partitions", 0)))
             batches.append(entry)
         report.append({"sink": name, "type": meta.get("sink_type"),
                        "destination": meta.get("identity"), "query_key": meta.get("query_key"),
@@ -77,8 +96,12 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
         for b in sink["batches"]:
             print(f"  {b['batch']:>8}  {b['status']:<9} {b['attempts']:>8} "
                   f"{b.get('rows', '-')!s:>8} {b.get('participants', '-')!s:>12}")
+            probed = b.get("probe", {})
             for txn in b.get("outstanding_txn_ids", []):
-                print(f"            outstanding {txn} (recovery will {b['will']})")
+                held = f", destination holds: {probed[txn]}" if txn in probed else ""
+                print(f"            outstanding {txn} (recovery will {b['will']}{held})")
+            if "error" in probed:
+                print(f"            probe: {probed['error']}")
         unresolved = [b for b in sink["batches"] if "outstanding_txn_ids" in b]
         print(f"  unresolved batches: {len(unresolved)}"
               + ("  -> run `sparkeos recover`" if unresolved else ""))
@@ -128,13 +151,17 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--sink", help="only this sink name")
         p.add_argument("--spark", action="store_true",
                        help="start a local SparkSession to reach a Hadoop-compatible URI")
+    for name in ("status", "recover"):
+        sub.choices[name].add_argument(
+            "--set", action="append", default=[], metavar="KEY=VALUE",
+            help="sink setting not recorded in the log (e.g. a secret DSN)")
     status = sub.choices["status"]
+    status.add_argument("--probe", action="store_true",
+                        help="ask the destination what it holds for outstanding IDs")
     status.add_argument("--json", action="store_true")
     status.add_argument("--last", type=int, default=20, help="show the last N batches")
     recover = sub.choices["recover"]
     recover.add_argument("--dry-run", action="store_true")
-    recover.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                         help="sink setting not recorded in the log (e.g. a secret DSN)")
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["demo"]:

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sparkeos.connectors.file import read_output
 from sparkeos.core.faults import DRIVER_POINTS
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     schedule = [(rng.choice(CRASH_POINTS), b) for b in batches]
 
     outcomes = []
-    plans = [("sparkeos exactly-once", "exactly_once",
+    plans: list[tuple[str, str, dict[str, Any]]] = [("sparkeos exactly-once", "exactly_once",
               {"factory": "sparkeos.connectors.file:FileSink",
                "kwargs": {"path": os.path.join(args.workdir, "out-exactly-once")}})]
     if not args.skip_plain:

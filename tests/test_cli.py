@@ -40,6 +40,13 @@ def test_status_shows_outstanding_transactions(tmp_path, capsys):
     assert "outstanding seos-" in text and "recovery will commit" in text
 
 
+def test_status_probe_asks_the_destination(tmp_path, capsys):
+    ckpt, _ = crashed_checkpoint(tmp_path, "after_all_prepared")
+    assert main(["status", ckpt, "--probe"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("destination holds: prepared") == 2
+
+
 def test_status_json(tmp_path, capsys):
     import json
 

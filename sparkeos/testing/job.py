@@ -141,6 +141,7 @@ def main(argv: list[str]) -> int:
         df = df.repartition(spec.partitions)
     factory = load_factory(spec.sink["factory"])
     target = factory(**spec.sink.get("kwargs", {}))
+    batch_fn: Callable[[Any, int], None]
     if spec.mode == "plain":
         fault = FaultPlan.from_env()
 

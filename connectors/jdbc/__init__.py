@@ -1,0 +1,15 @@
+"""Exactly-once PostgreSQL sink (two-phase commit) with an idempotent upsert mode.
+
+    from sparkeos import exactly_once
+    from sparkeos.connectors.jdbc import PostgresSink
+
+    sink = PostgresSink(dsn="postgresql://app@db:5432/shop", table="orders", key=["order_id"])
+    df.writeStream.foreachBatch(exactly_once(sink, name="orders-to-pg"))
+
+psycopg2 is imported only when the sink talks to the database (extra ``sparkeos[jdbc]``).
+"""
+
+from .errors import DataRejectedError, translate_error
+from .sink import PgTransaction, PostgresSink
+
+__all__ = ["DataRejectedError", "PgTransaction", "PostgresSink", "translate_error"]

@@ -1,0 +1,210 @@
+"""psycopg2 errors translated, in one place, into sparkeos' error hierarchy.
+
+Every sink method runs its database work through :func:`translate_error`, so a
+message always says what failed (``doing``), where (host:port/database, never the
+password), which sink / batch / transaction, and what to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkeos.core.errors import (
+    ConfigurationError,
+    RetriableError,
+    SchemaMismatchError,
+    SparkEOSError,
+)
+
+PREPARED_LIMIT_FIX = (
+    "two-phase commit needs max_prepared_transactions >= 2 x partitions x sinks "
+    "writing to this server. As a superuser run "
+    "`ALTER SYSTEM SET max_prepared_transactions = 64;` (or set it in postgresql.conf) "
+    "and restart PostgreSQL (the setting only changes at a restart); or use "
+    "mode='upsert' (at-least-once, idempotent by key), which prepares nothing"
+)
+
+
+class DataRejectedError(SparkEOSError):
+    """PostgreSQL refused rows of the batch (constraint violation, bad value).
+
+    Raised in phase 1: the coordinator rolls back every transaction of the batch, so
+    nothing of it is committed; restarting without fixing the cause fails again.
+    """
+
+
+# SQLSTATE codes (https://www.postgresql.org/docs/current/errcodes-appendix.html).
+UNDEFINED_OBJECT = "42704"
+LOCK_NOT_AVAILABLE = "55P03"
+OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
+OUT_OF_MEMORY = "53200"
+DUPLICATE_OBJECT = "42710"
+INSUFFICIENT_PRIVILEGE = "42501"
+
+_RETRIABLE_CODES = {
+    "40001",  # serialization_failure
+    "40P01",  # deadlock_detected
+    "53300",  # too_many_connections
+    "57014",  # query_canceled (statement_timeout, pg_cancel_backend)
+    "57P01",  # admin_shutdown
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now (starting up, recovering)
+    "58000",  # system_error
+    "58030",  # io_error
+}
+_SCHEMA_CODES = {
+    "42P01",  # undefined_table
+    "42703",  # undefined_column
+    "42804",  # datatype_mismatch
+    "42P10",  # invalid_column_reference (ON CONFLICT without a matching unique index)
+    "42P16",  # invalid_table_definition
+    "428C9",  # generated_always (writing a generated column)
+}
+_CONFIG_CODES = {
+    "28000",  # invalid_authorization_specification
+    "28P01",  # invalid_password
+    "3D000",  # invalid_catalog_name (no such database)
+    "3F000",  # invalid_schema_name
+    "42501",  # insufficient_privilege
+}
+
+
+def pg_code(exc: BaseException) -> str | None:
+    """The SQLSTATE of a psycopg2 error, else None."""
+    code = getattr(exc, "pgcode", None)
+    return code if isinstance(code, str) else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+def _detail(exc: BaseException) -> str:
+    diag = getattr(exc, "diag", None)
+    parts = []
+    for attr in ("message_detail", "message_hint"):
+        value = getattr(diag, attr, None) if diag is not None else None
+        if value:
+            parts.append(str(value).strip())
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True for a lost or refused connection (psycopg2 OperationalError/InterfaceError
+    without a server-side SQLSTATE, or class 08)."""
+    try:
+        import psycopg2
+    except ImportError:  # pragma: no cover - psycopg2 is an install requirement
+        return False
+    code = pg_code(exc)
+    if isinstance(exc, psycopg2.InterfaceError):
+        return True
+    if isinstance(exc, psycopg2.OperationalError) and (code is None or code.startswith("08")):
+        return True
+    return code is not None and code.startswith("08")
+
+
+def prepared_limit_error(
+    current: int | str | None,
+    *,
+    sink: str | None = None,
+    batch_id: int | None = None,
+    txn_id: str | None = None,
+    target: str = "",
+) -> ConfigurationError:
+    where = f" on {target}" if target else ""
+    if str(current) == "0":
+        problem = (f"prepared transactions are disabled{where} (max_prepared_transactions = "
+                   "0), so the exactly-once PostgreSQL sink cannot prepare its transactions")
+    else:
+        shown = f" = {current}" if current is not None else ""
+        problem = (f"PostgreSQL has no free prepared-transaction slot{where} "
+                   f"(max_prepared_transactions{shown} is used up)")
+    return ConfigurationError(problem, sink=sink, batch_id=batch_id, txn_id=txn_id,
+                              fix=PREPARED_LIMIT_FIX)
+
+
+def translate_error(
+    exc: BaseException,
+    *,
+    doing: str,
+    target: str = "",
+    sink: str | None = None,
+    batch_id: int | None = None,
+    txn_id: str | None = None,
+    phase: str = "write",
+) -> BaseException:
+    """Map a psycopg2 error raised while ``doing`` something to a sparkeos error.
+
+    ``phase`` is ``"write"`` (phase 1: the batch is rolled back and nothing is
+    committed), ``"commit"`` (phase 2 / recovery: the batch is decided, it will be
+    committed on retry), ``"setup"`` (validate: nothing was written), ``"rollback"`` or
+    ``"probe"``. Returns ``exc``
+    unchanged when it is not a database error (or already a sparkeos error).
+    """
+    if isinstance(exc, SparkEOSError):
+        return exc
+    try:
+        import psycopg2
+    except ImportError:  # pragma: no cover
+        return exc
+    if not isinstance(exc, psycopg2.Error):
+        return exc
+    code = pg_code(exc)
+    message = _first_line(exc) + _detail(exc)
+    where = f" on PostgreSQL at {target}" if target else ""
+    labels: dict[str, Any] = {"sink": sink, "batch_id": batch_id, "txn_id": txn_id}
+    after = {
+        "write": "nothing of this batch is committed; restarting the query re-runs it",
+        "commit": "the batch is decided, so it is committed (not lost) when the query "
+                  "restarts or `sparkeos recover <checkpointLocation>` runs",
+        "setup": "nothing was written",
+        "rollback": "the batch was not decided, so none of it becomes visible; the "
+                    "rollback is repeated when the query restarts",
+        "probe": "nothing was changed",
+    }[phase]
+
+    if is_connection_error(exc) or code in _RETRIABLE_CODES:
+        return RetriableError(
+            f"{doing} failed{where}: {message}", **labels,
+            fix=f"check that the server is up and reachable from every executor; {after}",
+        )
+    if code == OUT_OF_MEMORY and "prepared transaction" in str(exc).lower():
+        return prepared_limit_error(None, target=target, **labels)
+    if code == OBJECT_NOT_IN_PREREQUISITE_STATE and "prepared transactions are disabled" in str(
+        exc
+    ):
+        return prepared_limit_error(0, target=target, **labels)
+    if code == LOCK_NOT_AVAILABLE:
+        return DataRejectedError(
+            f"{doing} waited too long for a lock{where}: {message}. Another transaction "
+            "holds a row this one needs: usually the same key written by another "
+            "partition of this batch (its transaction is prepared and waits for the "
+            "batch's decision), or another writer on the table", **labels,
+            fix="make keys unique within a batch (e.g. dropDuplicates on the key, or "
+            f"repartition by the key), or use mode='upsert'; {after}",
+        )
+    if code in _SCHEMA_CODES:
+        return SchemaMismatchError(
+            f"{doing} failed{where}: the table does not fit the data: {message}", **labels,
+            fix=f"align the table with the DataFrame (or pass columns= / create_table=True); "
+            f"{after}",
+        )
+    if code in _CONFIG_CODES:
+        return ConfigurationError(
+            f"{doing} failed{where}: {message}", **labels,
+            fix="check the DSN's user, database and the role's privileges (the sink needs "
+            "INSERT on the table, CREATE on its schema for the marker table, and "
+            f"SELECT on pg_prepared_xacts); {after}",
+        )
+    if code is not None and code[:2] in ("22", "23"):
+        return DataRejectedError(
+            f"PostgreSQL rejected a row{where} while {doing}: {message}", **labels,
+            fix=f"fix the data or the table's constraint; the whole batch failed and "
+            f"{after}",
+        )
+    return SparkEOSError(
+        f"{doing} failed{where}: {message}" + (f" [SQLSTATE {code}]" if code else ""),
+        **labels, fix=after,
+    )

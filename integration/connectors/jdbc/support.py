@@ -1,0 +1,178 @@
+"""Helpers of the PostgreSQL sink's integration tests (fixtures are in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sparkeos.connectors.jdbc import PostgresSink
+from sparkeos.core.commitlog import CommitLog
+from sparkeos.core.config import CoordinatorConfig, Guarantee
+from sparkeos.core.coordinator import Coordinator, TaskFunction, TaskResult
+from sparkeos.core.faults import FaultPlan, InjectedTaskFailure
+from tests.support.memory import MemoryStore
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPT = REPO / "docker" / "services" / "postgres.sh"
+DSN_ENV = "SPARKEOS_POSTGRES_DSN"
+
+
+def run_script(command: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = subprocess.run(
+        ["bash", str(SCRIPT), command], env={**os.environ, **(env or {})},
+        capture_output=True, text=True, timeout=600,
+    )
+    if result.returncode not in (0, 3) or (command != "status" and result.returncode):
+        raise RuntimeError(f"{SCRIPT.name} {command} failed ({result.returncode}):\n"
+                           f"{result.stdout}\n{result.stderr}")
+    return result.returncode, result.stdout
+
+
+def script_dsn(output: str) -> str:
+    return next(line.split("=", 1)[1] for line in output.splitlines()
+                if line.startswith("dsn="))
+
+
+@dataclass
+class PgServer:
+    dsn: str
+    kind: str  # "env" | "testcontainers" | "script"
+    env: dict[str, str] = field(default_factory=dict)
+
+    def _require_script(self) -> None:
+        if self.kind != "script":
+            pytest.skip(f"stopping the server needs the local script (server from {self.kind})")
+
+    def stop(self) -> None:
+        self._require_script()
+        run_script("stop", self.env)
+
+    def start(self) -> None:
+        self._require_script()
+        run_script("start", self.env)
+
+    def restart(self) -> None:
+        """Fast shutdown, then start again (prepared transactions survive)."""
+        self.stop()
+        self.start()
+
+
+def docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+@dataclass
+class Names:
+    """Per-test table, marker table and query key; dropped / rolled back afterwards."""
+
+    table: str
+    marker: str
+    query_key: str
+
+    def gid_prefix(self) -> str:
+        return f"seos-{self.query_key}-"
+
+
+def sink_for(pg_server: PgServer, names: Names, **overrides: Any) -> PostgresSink:
+    args: dict[str, Any] = {"dsn": pg_server.dsn, "table": names.table,
+                            "marker_table": names.marker, "create_table": True}
+    args.update(overrides)
+    return PostgresSink(**args)
+
+
+def coordinator(sink: PostgresSink, log: CommitLog | None, names: Names,
+                faults: FaultPlan | None = None,
+                guarantee: Guarantee = Guarantee.EXACTLY_ONCE, name: str = "pg") -> Coordinator:
+    return Coordinator(sink, CoordinatorConfig(name=name, guarantee=guarantee), log,
+                       names.query_key, faults)
+
+
+def memory_log() -> CommitLog:
+    return CommitLog(MemoryStore())
+
+
+def id_batch(ids: Sequence[int], **extra: Sequence[Any]) -> pa.RecordBatch:
+    columns: dict[str, Any] = {"id": pa.array(list(ids), pa.int64())}
+    for name, values in extra.items():
+        columns[name] = pa.array(list(values))
+    return pa.RecordBatch.from_pydict(columns)
+
+
+class ArrowRunner:
+    """In-process batch runner over Arrow partitions; retries failed attempts like Spark.
+
+    ``before_attempt(partition, attempt)`` runs before each task attempt (to inject
+    trouble such as a server restart)."""
+
+    _runs = 0
+
+    def __init__(self, partitions: Sequence[pa.RecordBatch], max_attempts: int = 2,
+                 schema: pa.Schema | None = None,
+                 before_attempt: Callable[[int, int], None] | None = None) -> None:
+        ArrowRunner._runs += 1
+        self.run = ArrowRunner._runs
+        self.data = list(partitions)
+        self.max_attempts = max_attempts
+        self.schema = schema if schema is not None else self.data[0].schema
+        self.before_attempt = before_attempt
+
+    def partitions(self) -> int:
+        return len(self.data)
+
+    def arrow_schema(self) -> pa.Schema:
+        return self.schema
+
+    def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
+        results = []
+        for p, batch in enumerate(self.data):
+            for attempt in range(self.max_attempts):
+                if self.before_attempt is not None:
+                    self.before_attempt(p, attempt)
+                batches = iter([batch] if batch.num_rows else [])
+                try:
+                    results.append(task(p, attempt, f"r{self.run}-a{attempt}", batches))
+                    break
+                except InjectedTaskFailure:
+                    if attempt + 1 == self.max_attempts:
+                        raise
+        return results
+
+    def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        return [fn(item) for item in items]
+
+
+def ids_runner(partitions: Sequence[Sequence[int]], **kwargs: Any) -> ArrowRunner:
+    return ArrowRunner([id_batch(p) for p in partitions], **kwargs)
+
+
+def table_ids(admin: Any, table: str) -> list[int]:
+    with admin.cursor() as cur:
+        cur.execute(f'SELECT id FROM "{table}" ORDER BY id')
+        return [r[0] for r in cur.fetchall()]
+
+
+def prepared_gids(admin: Any, names: Names) -> list[str]:
+    """Test check only: the sink itself never looks gids up by prefix."""
+    with admin.cursor() as cur:
+        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s ORDER BY gid",
+                    (names.gid_prefix() + "%",))
+        return [r[0] for r in cur.fetchall()]
+
+
+def marker_rows(admin: Any, names: Names) -> list[tuple[int, int]]:
+    with admin.cursor() as cur:
+        cur.execute(f'SELECT batch_id, "partition" FROM "{names.marker}" ORDER BY 1, 2')
+        return [(r[0], r[1]) for r in cur.fetchall()]

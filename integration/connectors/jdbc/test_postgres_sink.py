@@ -1,0 +1,478 @@
+"""PostgresSink against a real PostgreSQL, driven by the real Coordinator (no Spark).
+
+The batch runner is in-process (support.ArrowRunner); crashes are simulated with
+FaultPlan(simulate=True) and a "restart" is a new Coordinator over the same commit log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from integration.connectors.jdbc.support import (
+    REPO,
+    ArrowRunner,
+    Names,
+    PgServer,
+    coordinator,
+    id_batch,
+    ids_runner,
+    marker_rows,
+    memory_log,
+    prepared_gids,
+    run_script,
+    script_dsn,
+    sink_for,
+    table_ids,
+)
+from sparkeos.connectors.jdbc import DataRejectedError, PostgresSink
+from sparkeos.connectors.jdbc.connections import POOL
+from sparkeos.core.config import Guarantee
+from sparkeos.core.errors import (
+    ConfigurationError,
+    DataLossError,
+    RetriableError,
+    SchemaMismatchError,
+    TransactionAbortedError,
+)
+from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
+from sparkeos.core.protocol import TxnState
+from sparkeos.core.txpool import TransactionPool
+
+BATCHES = [[[1, 2], [3]], [[4], [5, 6]], [[7, 8, 9], []], [[10], [11]]]
+ALL_IDS = list(range(1, 12))
+
+
+def run_query(sink: PostgresSink, log: Any, names: Names, faults: FaultPlan | None,
+              spark_committed: list[int]) -> None:
+    """Run the batches Spark has not committed yet, as a (re)started query would."""
+    coord = coordinator(sink, log, names, faults)
+    for batch_id, partitions in enumerate(BATCHES):
+        if batch_id in spark_committed:
+            continue
+        coord.run_batch(batch_id, ids_runner(partitions))
+        spark_committed.append(batch_id)
+
+
+def test_happy_path_writes_every_row_exactly_once(pg_server, names, admin):
+    sink = sink_for(pg_server, names, key=["id"])
+    log = memory_log()
+    run_query(sink, log, names, None, [])
+    assert table_ids(admin, names.table) == ALL_IDS
+    assert prepared_gids(admin, names) == []
+    assert marker_rows(admin, names) == [(b, p) for b in range(4) for p in range(2)]
+    assert [s.status for s in log.batches().values()] == ["finished"] * 4
+
+
+@pytest.mark.parametrize("point", ALL_POINTS)
+@pytest.mark.parametrize("crash_batch", [0, 2])
+def test_crash_at_every_point_then_restart(pg_server, names, admin, point, crash_batch):
+    sink = sink_for(pg_server, names)  # no key: a duplicate would show up as a row
+    log, committed = memory_log(), []
+    try:
+        run_query(sink, log, names, FaultPlan(point, crash_batch, simulate=True), committed)
+    except InjectedCrash:
+        pass
+    run_query(sink, log, names, None, committed)  # the restarted query
+    assert table_ids(admin, names.table) == ALL_IDS, point
+    assert prepared_gids(admin, names) == []
+
+
+def test_nothing_visible_before_decided_and_decided_is_committed_on_restart(
+        pg_server, names, admin):
+    sink = sink_for(pg_server, names)
+    log = memory_log()
+    with pytest.raises(InjectedCrash):
+        coordinator(sink, log, names, FaultPlan("after_all_prepared", 0, simulate=True)
+                    ).run_batch(0, ids_runner([[1, 2], [3]]))
+    assert table_ids(admin, names.table) == []
+    assert len(prepared_gids(admin, names)) == 2
+    with pytest.raises(InjectedCrash):
+        coordinator(sink, log, names, FaultPlan("after_decided", 0, simulate=True)
+                    ).run_batch(0, ids_runner([[1, 2], [3]]))
+    assert table_ids(admin, names.table) == []
+    # A re-run after the decision writes nothing new (different data is ignored).
+    metrics = coordinator(sink, log, names).run_batch(0, ids_runner([[100], [200]]))
+    assert metrics.outcome == "replayed"
+    assert table_ids(admin, names.table) == [1, 2, 3]
+
+
+def test_commit_is_idempotent_and_probe_tells_the_state(pg_server, names, admin):
+    sink = sink_for(pg_server, names)
+    sink.validate(id_batch([1]).schema)
+    pool = TransactionPool(names.query_key, "pg")
+    txn = pool.transaction(0, 0, "a0")
+    assert sink.probe(txn) is TxnState.ABSENT
+    handle = sink.begin(txn)
+    sink.write(handle, id_batch([1, 2]))
+    receipt = sink.prepare(handle)
+    assert receipt["gid"] == txn.txn_id and receipt["rows"] == 2
+    assert sink.probe(txn) is TxnState.PREPARED
+    sink.commit(txn, receipt)
+    sink.commit(txn, receipt)  # a no-op
+    sink.recover_commit(txn, receipt)
+    assert sink.probe(txn) is TxnState.COMMITTED
+    assert table_ids(admin, names.table) == [1, 2]
+    sink.rollback(txn)  # nothing prepared under the ID any more: fine
+    sink.rollback(pool.transaction(7, 3))  # an ID never used: fine
+    assert table_ids(admin, names.table) == [1, 2]
+
+
+def test_decided_gid_gone_without_marker_is_data_loss(pg_server, names, admin):
+    sink = sink_for(pg_server, names)
+    log = memory_log()
+    with pytest.raises(InjectedCrash):
+        coordinator(sink, log, names, FaultPlan("after_decided", 0, simulate=True)
+                    ).run_batch(0, ids_runner([[1, 2], [3]]))
+    gids = prepared_gids(admin, names)
+    assert len(gids) == 2
+    with admin.cursor() as cur:  # an operator rolls one back behind the query's back
+        cur.execute("ROLLBACK PREPARED %s", (gids[1],))
+    with pytest.raises(DataLossError) as info:
+        coordinator(sink, log, names).run_batch(0, ids_runner([[1, 2], [3]]))
+    message = str(info.value)
+    assert gids[1] in message and "batch 0" in message and "What to do" in message
+    assert "re-process" in message
+
+
+def test_zombie_attempts_are_fenced(pg_server, names, admin):
+    sink = sink_for(pg_server, names)
+    sink.validate(id_batch([1]).schema)
+    pool = TransactionPool(names.query_key, "pg")
+
+    # An earlier attempt still writing: the new attempt's begin ends its session.
+    zombie = sink.begin(pool.transaction(0, 0, "a0"))
+    sink.write(zombie, id_batch([90]))
+    txn = pool.transaction(0, 0, "a1")
+    handle = sink.begin(txn)
+    with pytest.raises(RetriableError):
+        sink.write(zombie, id_batch([91]))
+    sink.write(handle, id_batch([1]))
+    receipt = sink.prepare(handle)
+
+    # A late attempt prepares under the same gid after the decided one committed: a
+    # later (recovery) commit must neither commit it nor fail.
+    sink.commit(txn, receipt)
+    late = sink.begin(pool.transaction(0, 0, "late"))
+    sink.write(late, id_batch([99]))
+    sink.prepare(late)
+    assert prepared_gids(admin, names) == [txn.txn_id]
+    sink.recover_commit(txn, receipt)
+    assert table_ids(admin, names.table) == [1]
+    assert prepared_gids(admin, names) == []
+
+
+def test_task_retry_after_prepare_rolls_back_the_first_attempt(pg_server, names, admin):
+    sink = sink_for(pg_server, names)
+    log = memory_log()
+    coord = coordinator(sink, log, names, FaultPlan("task_fail_after_prepare", 0,
+                                                    simulate=True))
+    coord.run_batch(0, ids_runner([[1, 2], [3]]))
+    assert table_ids(admin, names.table) == [1, 2, 3]
+    decided = log.batches()[0].decided
+    assert decided is not None and decided["participants"][0]["attempt"].endswith("-a1")
+
+
+def test_constraint_violation_fails_the_whole_batch(pg_server, names, admin):
+    sink = sink_for(pg_server, names, key=["id"])
+    log = memory_log()
+    coord = coordinator(sink, log, names)
+    with pytest.raises(TransactionAbortedError, match="duplicate key") as info:
+        coord.run_batch(0, ids_runner([[1, 2], [3, 3]]))  # partition 0 prepared, then 1 fails
+    assert "rolled back" in str(info.value)
+    assert isinstance(info.value.__cause__, DataRejectedError)
+    assert table_ids(admin, names.table) == []
+    assert prepared_gids(admin, names) == []
+    coordinator(sink, log, names).run_batch(0, ids_runner([[1, 2], [3]]))
+    assert table_ids(admin, names.table) == [1, 2, 3]
+
+
+def test_same_key_in_two_partitions_fails_fast_not_forever(pg_server, names, admin):
+    # Partition 1 would wait for partition 0's prepared row until the decision, which
+    # waits for partition 1: the lock timeout turns that into a failed batch.
+    sink = sink_for(pg_server, names, key=["id"], lock_timeout_s=0.5)
+    log = memory_log()
+    with pytest.raises(TransactionAbortedError, match="lock"):
+        coordinator(sink, log, names).run_batch(0, ids_runner([[1, 2], [2]]))
+    assert table_ids(admin, names.table) == []
+    assert prepared_gids(admin, names) == []
+
+
+def test_schema_mismatch_is_refused_before_any_write(pg_server, names, admin):
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{names.table}" (id bigint, name text, '
+                    'must integer NOT NULL)')
+    sink = sink_for(pg_server, names, create_table=False)
+    log = memory_log()
+    runner = ArrowRunner([id_batch([1], name=[5], extra=["x"])])
+    with pytest.raises(SchemaMismatchError) as info:
+        coordinator(sink, log, names).run_batch(0, runner)
+    message = str(info.value)
+    assert "missing in the table: extra" in message
+    assert "name: DataFrame type int64 does not fit column type text" in message
+    assert "NOT NULL columns without a default not in the DataFrame: must" in message
+    assert 0 not in log.batches()  # refused before the batch began
+    assert table_ids(admin, names.table) == []
+    with admin.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s)", (names.marker,))
+        assert cur.fetchone()[0] is None  # nothing created either
+
+    missing = sink_for(pg_server, names, table=names.table + "_nope", create_table=False)
+    with pytest.raises(SchemaMismatchError, match="does not exist"):
+        missing.validate(id_batch([1]).schema)
+
+
+def test_column_mapping_and_types_round_trip(pg_server, names, admin):
+    utc = dt.timezone.utc
+    texts = ["plain", "", None, 'quote " comma , newline \n end', "\\.", "unicode é ✓"]
+    n = len(texts)
+    batch = pa.RecordBatch.from_pydict({
+        "order_id": pa.array(range(n), pa.int64()),
+        "text": pa.array(texts, pa.string()),
+        "small": pa.array([1, None, -3, 4, 5, 6], pa.int16()),
+        "f": pa.array([0.1 + 0.2, float("nan"), float("inf"), None, -1e300, 1 / 3]),
+        "ok": pa.array([True, False, None, True, False, True]),
+        "ts": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=utc)] * (n - 1)
+                       + [None], pa.timestamp("us", tz="UTC")),
+        "ts_ntz": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5)] * n, pa.timestamp("us")),
+        "day": pa.array([dt.date(2024, 2, 29)] * n, pa.date32()),
+        "amount": pa.array([Decimal("12.34")] * (n - 1) + [None], pa.decimal128(10, 2)),
+        "blob": pa.array([b"\x00\x01\xff", b"", None, b"abc", b"\\x", b"\n"], pa.binary()),
+        "tags": pa.array([["a", "b"], [], None, ["c"], ["d"], ["e"]], pa.list_(pa.string())),
+        "took": pa.array([1_500_000, None, 0, 1, 2, 3], pa.duration("us")),
+    })
+    sink = sink_for(pg_server, names, key=["id"], columns={"order_id": "id"})
+    coordinator(sink, memory_log(), names).run_batch(0, ArrowRunner([batch]))
+    with admin.cursor() as cur:
+        cur.execute(f'SELECT id, text, small, f, ok, ts, ts_ntz, day, amount, blob, tags, took '
+                    f'FROM "{names.table}" ORDER BY id')
+        rows = cur.fetchall()
+    assert [r[1] for r in rows] == texts
+    assert [r[2] for r in rows] == [1, None, -3, 4, 5, 6]
+    floats = [r[3] for r in rows]
+    assert floats[0] == 0.1 + 0.2 and floats[1] != floats[1] and floats[2] == float("inf")
+    assert floats[3] is None and floats[4] == -1e300 and floats[5] == 1 / 3
+    assert [r[4] for r in rows] == [True, False, None, True, False, True]
+    assert rows[0][5] == dt.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=utc)
+    assert rows[-1][5] is None
+    assert rows[0][6] == dt.datetime(2024, 1, 2, 3, 4, 5)
+    assert rows[0][7] == dt.date(2024, 2, 29)
+    assert rows[0][8] == Decimal("12.34") and rows[-1][8] is None
+    assert [None if r[9] is None else bytes(r[9]) for r in rows] == [
+        b"\x00\x01\xff", b"", None, b"abc", b"\\x", b"\n"]
+    assert [r[10] for r in rows] == [["a", "b"], [], None, ["c"], ["d"], ["e"]]
+    assert rows[0][11] == dt.timedelta(seconds=1.5) and rows[1][11] is None
+
+
+def test_upsert_mode_is_idempotent_and_not_exactly_once(pg_server, names, admin):
+    sink = sink_for(pg_server, names, key=["id"], mode="upsert")
+    assert Guarantee.EXACTLY_ONCE not in sink.guarantees
+    with pytest.raises(ConfigurationError, match="cannot give the exactly_once guarantee"):
+        coordinator(sink, memory_log(), names)
+    coord = coordinator(sink, None, names, guarantee=Guarantee.AT_LEAST_ONCE)
+    first = ArrowRunner([id_batch([1, 2, 2], v=["a", "b", "b2"]), id_batch([3], v=["c"])])
+    coord.run_batch(0, first)
+    coord.run_batch(0, first)  # a replay overwrites the same rows
+    coord.run_batch(1, ArrowRunner([id_batch([3, 4], v=["c2", "d"])]))
+    with admin.cursor() as cur:
+        cur.execute(f'SELECT id, v FROM "{names.table}" ORDER BY id')
+        assert cur.fetchall() == [(1, "a"), (2, "b2"), (3, "c2"), (4, "d")]
+    assert prepared_gids(admin, names) == []
+
+
+def test_upsert_needs_a_unique_key(pg_server, names, admin):
+    with pytest.raises(ConfigurationError, match="needs key columns"):
+        PostgresSink(dsn=pg_server.dsn, table=names.table, mode="upsert")
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{names.table}" (id bigint, v text)')
+    sink = sink_for(pg_server, names, key=["id"], mode="upsert")
+    with pytest.raises(SchemaMismatchError, match="unique index or primary key on"):
+        sink.validate(id_batch([1], v=["a"]).schema)
+
+
+def test_postgres_restart_between_prepare_and_commit(pg_server, names, admin):
+    sink = sink_for(pg_server, names)
+    log = memory_log()
+    coordinator(sink, log, names).run_batch(0, ids_runner([[1], [2]]))  # pools connections
+    with pytest.raises(InjectedCrash):
+        coordinator(sink, log, names, FaultPlan("after_decided", 1, simulate=True)
+                    ).run_batch(1, ids_runner([[3], [4]]))
+    admin.close()
+    pg_server.stop()
+    try:
+        # Server down: the commit is retriable, the message names the server, the batch
+        # stays decided.
+        with pytest.raises(RetriableError) as info:
+            coordinator(sink, log, names).run_batch(1, ids_runner([[3], [4]]))
+        assert "127.0.0.1" in str(info.value) or "localhost" in str(info.value)
+        assert log.batches()[1].needs_commit
+    finally:
+        pg_server.start()
+    import psycopg2
+
+    check = psycopg2.connect(pg_server.dsn)
+    check.autocommit = True
+    try:
+        assert len(prepared_gids(check, names)) == 2  # prepared transactions survived
+        # The pooled connections are dead: the commit reconnects by itself.
+        metrics = coordinator(sink, log, names).run_batch(1, ids_runner([[3], [4]]))
+        assert metrics.outcome == "replayed"
+        assert table_ids(check, names.table) == [1, 2, 3, 4]
+        assert prepared_gids(check, names) == []
+    finally:
+        check.close()
+
+
+def test_lost_connection_mid_write_fails_the_batch_then_rerun_works(pg_server, names, admin):
+    sink = sink_for(pg_server, names)
+    log = memory_log()
+
+    def kill_writer(partition: int, attempt: int) -> None:
+        if partition == 1:  # partition 0 prepared; now cut every other sink session
+            with admin.cursor() as cur:
+                cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                            "application_name LIKE 'sparkeos%' AND pid <> pg_backend_pid()")
+
+    sink.validate(id_batch([1]).schema)
+    pool = TransactionPool(names.query_key, "pg")
+    handle = sink.begin(pool.transaction(5, 0, "x"))
+    with admin.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                    "application_name LIKE 'sparkeos-%' AND pid <> pg_backend_pid()")
+    with pytest.raises(RetriableError, match="writing 1 rows failed") as info:
+        sink.write(handle, id_batch([1]))
+    assert "restarting the query re-runs it" in str(info.value)
+    sink.abort(handle, pool.transaction(5, 0, "x"))
+
+    coordinator(sink, log, names).run_batch(0, ArrowRunner(
+        [id_batch([1]), id_batch([2])], before_attempt=kill_writer))
+    assert table_ids(admin, names.table) == [1, 2]
+
+
+def test_unreachable_server_is_retriable_and_hides_the_password(names):
+    sink = PostgresSink(dsn="postgresql://someone:s3cret-pw@127.0.0.1:1/db", table="t",
+                        connect_timeout_s=2)
+    with pytest.raises(RetriableError) as info:
+        sink.validate(id_batch([1]).schema)
+    assert "127.0.0.1:1/db" in str(info.value)
+    assert "s3cret-pw" not in str(info.value)
+    assert "s3cret-pw" not in repr(sink) and "s3cret-pw" not in str(sink.describe())
+
+
+def test_sqlalchemy_url_and_pickling(pg_server, names, admin):
+    from sqlalchemy.engine import make_url
+
+    url = make_url(pg_server.dsn).set(drivername="postgresql+psycopg2")
+    sink = sink_for(pg_server, names, dsn=url)
+    assert isinstance(sink.dsn, str) and sink.dsn.startswith("postgresql://")
+    string_sink = sink_for(pg_server, names, dsn=url.render_as_string(hide_password=False))
+    assert string_sink.dsn == sink.dsn
+    coord = coordinator(sink, memory_log(), names)
+    coord.run_batch(0, ids_runner([[1], [2]]))
+    clone = pickle.loads(pickle.dumps(sink))  # no connection travels with the sink
+    assert clone == sink
+    coordinator(clone, coord.log, names).run_batch(1, ids_runner([[3]]))
+    assert table_ids(admin, names.table) == [1, 2, 3]
+    rebuilt = PostgresSink.from_description({**sink.describe()})
+    assert rebuilt.table == sink.table and rebuilt.marker_table == sink.marker_table
+
+
+@pytest.fixture
+def tiny_server(pg_server: PgServer):
+    """A second private server from the script, with a settable max_prepared_transactions."""
+    if pg_server.kind != "script":
+        pytest.skip("needs the local script to start a second server")
+    env = {"SPARKEOS_SERVICES_DIR": str(REPO / ".services" / "pg-tiny"),
+           "SPARKEOS_PG_PORT": "35499", "SPARKEOS_PG_MAX_PREPARED": "0"}
+    servers: list[dict[str, str]] = []
+
+    def start(max_prepared: int) -> str:
+        env["SPARKEOS_PG_MAX_PREPARED"] = str(max_prepared)
+        if servers:
+            run_script("stop", env)
+        servers.append(dict(env))
+        return script_dsn(run_script("start", env)[1])
+
+    yield start
+    if servers:
+        run_script("stop", env)
+
+
+def test_prepared_transactions_disabled_or_used_up(tiny_server, names):
+    dsn = tiny_server(0)
+    sink = PostgresSink(dsn=dsn, table=names.table, marker_table=names.marker,
+                        create_table=True)
+    with pytest.raises(ConfigurationError) as info:
+        sink.validate(id_batch([1]).schema)
+    message = str(info.value)
+    assert "max_prepared_transactions = 0" in message
+    assert "ALTER SYSTEM SET max_prepared_transactions" in message and "restart" in message
+
+    # Without the up-front check, PREPARE itself fails with the same advice.
+    upsert = PostgresSink(dsn=dsn, table=names.table, key=["id"], mode="upsert",
+                          create_table=True, marker_table=names.marker)
+    upsert.validate(id_batch([1]).schema)  # creates the table; upsert prepares nothing
+    pool = TransactionPool(names.query_key, "pg")
+    txn = pool.transaction(0, 0)
+    with pytest.raises(ConfigurationError, match="ALTER SYSTEM SET max_prepared"):
+        _prepare_without_validate(sink, txn)
+
+    dsn = tiny_server(1)
+    sink = PostgresSink(dsn=dsn, table=names.table, marker_table=names.marker)
+    log = memory_log()
+    with pytest.raises(TransactionAbortedError, match="no free prepared-transaction slot"):
+        coordinator(sink, log, names).run_batch(0, ids_runner([[1], [2]]))
+
+
+def _prepare_without_validate(sink: PostgresSink, txn: Any) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(sink.dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:  # the marker table validate would have created
+        cur.execute(f'CREATE TABLE IF NOT EXISTS "{sink.marker_table}" (query_key text, '
+                    'sink text, batch_id bigint, "partition" integer, txn_id text, '
+                    "attempt text, committed_at timestamptz, "
+                    'PRIMARY KEY (query_key, sink, batch_id, "partition"))')
+    conn.close()
+    handle = sink.begin(txn)
+    sink.write(handle, id_batch([1]))
+    try:
+        sink.prepare(handle)
+    finally:
+        POOL.close_dsn(sink.dsn)
+
+
+def test_many_partitions_commit_in_parallel(pg_server, names, admin):
+    sink = sink_for(pg_server, names, key=["id"])
+    coord = coordinator(sink, memory_log(), names)
+    for batch_id in range(3):
+        base = batch_id * 100
+        coord.run_batch(batch_id, ids_runner([[base + p] for p in range(8)]))
+    assert table_ids(admin, names.table) == [b * 100 + p for b in range(3) for p in range(8)]
+    assert prepared_gids(admin, names) == []
+
+
+def test_transactional_mode_under_at_least_once_commits_in_tasks(pg_server, names, admin):
+    sink = sink_for(pg_server, names)
+    coord = coordinator(sink, None, names, guarantee=Guarantee.AT_LEAST_ONCE)
+    coord.run_batch(0, ids_runner([[1], [2]]))
+    coord.run_batch(0, ids_runner([[1], [2]]))  # a replay: at-least-once duplicates
+    assert table_ids(admin, names.table) == [1, 1, 2, 2]
+    assert prepared_gids(admin, names) == []
+
+
+def test_import_stays_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, sparkeos, sparkeos.connectors.jdbc; "
+            "print('psycopg2' in sys.modules, 'sqlalchemy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "False"]
