@@ -37,6 +37,7 @@ def local_session(app_name: str = "sparkeos", master: str = "local[2]",
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "false")
         .config("spark.driver.memory", "2g")

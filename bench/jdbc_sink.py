@@ -1,0 +1,201 @@
+"""Benchmark: the exactly-once PostgreSQL sink against the at-least-once ways users write today.
+
+In one run, on one SparkSession and one PostgreSQL, the same streaming input (one
+Parquet file per micro-batch, ``maxFilesPerTrigger=1``, ``availableNow``) is written by:
+
+* ``exactly_once``  ``exactly_once(PostgresSink(...))``: COPY + PREPARE TRANSACTION per
+                    task, COMMIT PREPARED on the driver after the durable decision;
+* ``upsert``        ``at_least_once(PostgresSink(mode="upsert", key=["id"]))``;
+* ``plain``         ``foreachBatch`` + ``foreachPartition`` inserting with psycopg2
+                    ``execute_values`` (at-least-once): the ratio's denominator;
+* ``spark_jdbc``    ``foreachBatch`` + ``df.write.jdbc(...)`` (PostgreSQL JDBC driver
+                    from Maven Central), Spark's own at-least-once path.
+
+Modes run in rotating order for ``--repeats`` rounds; medians are reported. Every run
+is checked: the table holds exactly the input's ids. The last line is
+``ratio exactly_once/plain: <x>`` (median wall time of exactly-once / plain).
+
+    ./run bench jdbc_sink --rows-per-batch 100000 --batches 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parents[1]
+MODES = ("exactly_once", "upsert", "plain", "spark_jdbc")
+JDBC_DRIVER = "org.postgresql:postgresql:42.7.5"
+SCHEMA_DDL = "id long, payload string, value double"
+
+
+def pg_dsn() -> str:
+    dsn = os.environ.get("SPARKEOS_POSTGRES_DSN")
+    if dsn:
+        return dsn
+    out = subprocess.run(["bash", str(REPO / "docker/services/postgres.sh"), "start"],
+                         check=True, capture_output=True, text=True).stdout
+    return next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("dsn="))
+
+
+def jdbc_jar() -> str:
+    return subprocess.run(["bash", str(REPO / "docker/services/jars.sh"), JDBC_DRIVER],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def generate_input(directory: str, batches: int, rows: int) -> int:
+    os.makedirs(directory, exist_ok=True)
+    now = time.time() - batches - 10
+    for b in range(batches):
+        ids = range(b * rows, (b + 1) * rows)
+        table = pa.table({
+            "id": pa.array(ids, pa.int64()),
+            "payload": pa.array([f"{i:012d}:" + "x" * (50 + i % 40) for i in ids]),
+            "value": pa.array([i * 0.5 for i in ids], pa.float64()),
+        })
+        path = os.path.join(directory, f"batch-{b:05d}.parquet")
+        pq.write_table(table, path, row_group_size=max(1, rows // 8))
+        os.utime(path, (now + b, now + b))
+    return batches * rows
+
+
+def plain_writer(dsn: str, table: str) -> Callable[[Any, int], None]:
+    def write(df: Any, batch_id: int) -> None:
+        def insert(rows: Iterator[Any]) -> None:
+            import psycopg2
+            from psycopg2.extras import execute_values
+
+            with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+                execute_values(cur, f'INSERT INTO "{table}" (id, payload, value) VALUES %s',
+                               [tuple(r) for r in rows], page_size=2000)
+
+        df.foreachPartition(insert)
+
+    return write
+
+
+def spark_jdbc_writer(dsn: str, table: str) -> Callable[[Any, int], None]:
+    from psycopg2.extensions import parse_dsn
+
+    parts = parse_dsn(dsn)
+    url = f"jdbc:postgresql://{parts.get('host', '127.0.0.1')}:{parts.get('port', '5432')}/" \
+          f"{parts.get('dbname', 'postgres')}"
+    props = {"user": parts.get("user", "postgres"), "driver": "org.postgresql.Driver",
+             "batchsize": "5000"}
+    if "password" in parts:
+        props["password"] = parts["password"]
+
+    def write(df: Any, batch_id: int) -> None:
+        df.write.jdbc(url, f'"{table}"', mode="append", properties=props)
+
+    return write
+
+
+def reset_table(dsn: str, table: str, with_key: bool) -> None:
+    import psycopg2
+
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(f'DROP TABLE IF EXISTS "{table}"')
+        key = " PRIMARY KEY" if with_key else ""
+        cur.execute(f'CREATE TABLE "{table}" (id bigint{key}, payload text, '
+                    "value double precision)")
+
+
+def table_ids(dsn: str, table: str) -> tuple[int, int]:
+    import psycopg2
+
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"')
+        total, distinct = cur.fetchone()
+        return int(total), int(distinct)
+
+
+def run_mode(spark: Any, mode: str, dsn: str, input_dir: str, work: str, run: int) -> float:
+    from sparkeos import at_least_once, exactly_once
+    from sparkeos.connectors.jdbc import PostgresSink
+
+    table = f"bench_{mode}"
+    reset_table(dsn, table, with_key=(mode == "upsert"))
+    if mode == "exactly_once":
+        fn: Any = exactly_once(PostgresSink(dsn=dsn, table=table, marker_table="bench_markers"),
+                               name=f"bench-{mode}")
+    elif mode == "upsert":
+        fn = at_least_once(PostgresSink(dsn=dsn, table=table, mode="upsert", key=["id"]),
+                           name=f"bench-{mode}")
+    elif mode == "plain":
+        fn = plain_writer(dsn, table)
+    else:
+        fn = spark_jdbc_writer(dsn, table)
+    df = (spark.readStream.schema(SCHEMA_DDL).option("maxFilesPerTrigger", 1)
+          .parquet(input_dir))
+    started = time.perf_counter()
+    query = (df.writeStream.foreachBatch(fn)
+             .option("checkpointLocation", os.path.join(work, f"ckpt-{mode}-{run}"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows-per-batch", type=int, default=100_000)
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--modes", default=",".join(MODES))
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+
+    from sparkeos.core.spark import local_session
+
+    dsn = pg_dsn()
+    conf = {"spark.jars": jdbc_jar()} if "spark_jdbc" in modes else {}
+    spark = local_session("sparkeos-bench-jdbc", conf=conf)
+    work = tempfile.mkdtemp(prefix="sparkeos-bench-jdbc-")
+    input_dir = os.path.join(work, "input")
+    total = generate_input(input_dir, args.batches, args.rows_per_batch)
+    warm = os.path.join(work, "warm")
+    generate_input(warm, 1, 1000)
+    for mode in modes:  # warm up Spark, workers and connections once per mode
+        run_mode(spark, mode, dsn, warm, work, -1)
+
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for rnd in range(args.repeats):
+        order = modes[rnd % len(modes):] + modes[:rnd % len(modes)]
+        for mode in order:
+            seconds = run_mode(spark, mode, dsn, input_dir, work, rnd)
+            rows, distinct = table_ids(dsn, f"bench_{mode}")
+            if rows != total or distinct != total:
+                print(f"{mode}: table holds {rows} rows ({distinct} distinct), expected {total}")
+                return 1
+            times[mode].append(seconds)
+
+    print(f"\nrows: {args.batches} batches x {args.rows_per_batch} = {total}, "
+          f"repeats: {args.repeats} (median)")
+    print(f"{'mode':<14}{'seconds':>10}{'rows/s':>12}")
+    for mode in modes:
+        median = statistics.median(times[mode])
+        print(f"{mode:<14}{median:>10.2f}{total / median:>12,.0f}")
+    if "exactly_once" in times and "spark_jdbc" in times:
+        ratio = statistics.median(times["exactly_once"]) / statistics.median(times["spark_jdbc"])
+        print(f"ratio exactly_once/spark_jdbc: {ratio:.2f}")
+    if "exactly_once" in times and "plain" in times:
+        ratio = statistics.median(times["exactly_once"]) / statistics.median(times["plain"])
+        print(f"ratio exactly_once/plain: {ratio:.2f}")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
