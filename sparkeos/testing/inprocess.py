@@ -25,14 +25,21 @@ def id_batch(ids: Sequence[int]) -> pa.RecordBatch:
     )
 
 
-class ListRunner:
-    """Runs tasks in-process over partitions given as lists of ids; retries like Spark."""
+class ArrowRunner:
+    """In-process batch runner over one Arrow batch per partition; retries like Spark.
 
-    def __init__(self, partitions: list[list[int]], max_attempts: int = 2) -> None:
+    ``before_attempt(partition, attempt)`` runs before each task attempt (to inject
+    trouble such as a server restart)."""
+
+    def __init__(self, partitions: Sequence[pa.RecordBatch], max_attempts: int = 2,
+                 schema: pa.Schema | None = None,
+                 before_attempt: Callable[[int, int], None] | None = None) -> None:
         self.run = next(_RUNS)  # like Spark's application ID: unique per driver run
-        self.data = partitions
+        self.data = list(partitions)
         self.max_attempts = max_attempts
-        self.schema = ID_SCHEMA
+        self.schema = schema if schema is not None else (
+            self.data[0].schema if self.data else ID_SCHEMA)
+        self.before_attempt = before_attempt
 
     def partitions(self) -> int:
         return len(self.data)
@@ -42,9 +49,11 @@ class ListRunner:
 
     def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
         results = []
-        for p, ids in enumerate(self.data):
+        for p, batch in enumerate(self.data):
             for attempt in range(self.max_attempts):
-                batches: Iterator[pa.RecordBatch] = iter([id_batch(ids)] if ids else [])
+                if self.before_attempt is not None:
+                    self.before_attempt(p, attempt)
+                batches: Iterator[pa.RecordBatch] = iter([batch] if batch.num_rows else [])
                 try:
                     results.append(task(p, attempt, f"r{self.run}-a{attempt}", batches))
                     break
@@ -55,6 +64,13 @@ class ListRunner:
 
     def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return [fn(item) for item in items]
+
+
+class ListRunner(ArrowRunner):
+    """An ``ArrowRunner`` over partitions given as lists of ids (``id_batch`` rows)."""
+
+    def __init__(self, partitions: list[list[int]], max_attempts: int = 2) -> None:
+        super().__init__([id_batch(ids) for ids in partitions], max_attempts, ID_SCHEMA)
 
 
 class MemoryStore(Store):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,9 +15,9 @@ import pytest
 from sparkeos.connectors.jdbc import PostgresSink
 from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig, Guarantee
-from sparkeos.core.coordinator import Coordinator, TaskFunction, TaskResult
-from sparkeos.core.faults import FaultPlan, InjectedTaskFailure
-from tests.support.memory import MemoryStore
+from sparkeos.core.coordinator import Coordinator
+from sparkeos.core.faults import FaultPlan
+from sparkeos.testing.inprocess import ArrowRunner, MemoryStore
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "docker" / "services" / "postgres.sh"
@@ -109,49 +109,6 @@ def id_batch(ids: Sequence[int], **extra: Sequence[Any]) -> pa.RecordBatch:
     for name, values in extra.items():
         columns[name] = pa.array(list(values))
     return pa.RecordBatch.from_pydict(columns)
-
-
-class ArrowRunner:
-    """In-process batch runner over Arrow partitions; retries failed attempts like Spark.
-
-    ``before_attempt(partition, attempt)`` runs before each task attempt (to inject
-    trouble such as a server restart)."""
-
-    _runs = 0
-
-    def __init__(self, partitions: Sequence[pa.RecordBatch], max_attempts: int = 2,
-                 schema: pa.Schema | None = None,
-                 before_attempt: Callable[[int, int], None] | None = None) -> None:
-        ArrowRunner._runs += 1
-        self.run = ArrowRunner._runs
-        self.data = list(partitions)
-        self.max_attempts = max_attempts
-        self.schema = schema if schema is not None else self.data[0].schema
-        self.before_attempt = before_attempt
-
-    def partitions(self) -> int:
-        return len(self.data)
-
-    def arrow_schema(self) -> pa.Schema:
-        return self.schema
-
-    def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
-        results = []
-        for p, batch in enumerate(self.data):
-            for attempt in range(self.max_attempts):
-                if self.before_attempt is not None:
-                    self.before_attempt(p, attempt)
-                batches = iter([batch] if batch.num_rows else [])
-                try:
-                    results.append(task(p, attempt, f"r{self.run}-a{attempt}", batches))
-                    break
-                except InjectedTaskFailure:
-                    if attempt + 1 == self.max_attempts:
-                        raise
-        return results
-
-    def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        return [fn(item) for item in items]
 
 
 def ids_runner(partitions: Sequence[Sequence[int]], **kwargs: Any) -> ArrowRunner:
