@@ -11,7 +11,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, final
 
 import pyarrow as pa
@@ -114,10 +114,12 @@ class DirectTask:
 
 @dataclass(frozen=True)
 class CommitTask:
-    """Phase 2 of one participant, shipped to a task (CommitLocation.TASKS)."""
+    """Phase 2 of one participant: on the driver, or shipped to a task (TASKS)."""
 
     sink: TransactionalSink[Any]
     recovering: bool
+    faults: FaultPlan = field(default_factory=FaultPlan)
+    in_task: bool = False
 
     def __call__(self, item: tuple[Transaction, Receipt]) -> int:
         txn, receipt = item
@@ -125,6 +127,9 @@ class CommitTask:
             self.sink.recover_commit(txn, receipt)
         else:
             self.sink.commit(txn, receipt)
+        if self.in_task:
+            # The driver-side point, reached from the task that committed first.
+            self.faults.task("after_first_commit", txn.batch_id, txn.partition, 0)
         return txn.partition
 
 
@@ -345,8 +350,9 @@ class Coordinator:
              p["receipt"])
             for p in state.decided["participants"]
         ]
-        commit = CommitTask(self.sink, recovering)
-        if self.sink.commit_location is CommitLocation.TASKS and items:
+        in_tasks = self.sink.commit_location is CommitLocation.TASKS and bool(items)
+        commit = CommitTask(self.sink, recovering, self.faults, in_tasks)
+        if in_tasks:
             if runner is None:
                 raise ConfigurationError(
                     f"{type(self.sink).__name__} commits in Spark tasks; recovery needs a "
@@ -355,6 +361,7 @@ class Coordinator:
                     fix="restart the query: it finishes the commits on its first batch",
                 )
             runner.run_in_tasks(commit, items)
+            self.faults.driver("after_all_commits", state.batch_id)
         else:
             self._commit_on_driver(commit, items, state.batch_id)
         finished = {"participants": len(items), "rows": state.decided.get("rows", 0),

@@ -10,6 +10,8 @@ Driver points kill the driver process (``os._exit``), as a power cut would: no
 * ``kill_driver_after_first_prepare``: partition 0's task prepares, then kills the
   driver process (its PID travels with the plan), leaving some participants
   prepared and others not;
+* ``after_first_commit`` for sinks that commit in tasks: the task that committed
+  partition 0 kills the driver (for driver-committing sinks it is a driver point);
 * ``task_fail_before_prepare`` / ``task_fail_after_prepare``: the first attempt of
   partition 0's task dies (its worker exits), so Spark retries it (or fails the
   job if the master allows no retries) with the same transaction ID.
@@ -40,6 +42,10 @@ TASK_POINTS = (
     "task_fail_after_prepare",
 )
 ALL_POINTS = DRIVER_POINTS + TASK_POINTS
+DRIVER_KILLING_TASK_POINTS = frozenset({"kill_driver_after_first_prepare", "after_first_commit"})
+"""Task-side points that kill the driver. ``after_first_commit`` is a driver point for
+sinks that commit on the driver; for sinks that commit in tasks (CommitLocation.TASKS)
+the task that committed partition 0 kills the driver instead."""
 
 
 class InjectedCrash(BaseException):
@@ -86,10 +92,10 @@ class FaultPlan:
         if partition != 0 or attempt_number != 0 or not self._matches(point, batch_id):
             return
         if self.simulate:
-            if point == "kill_driver_after_first_prepare":
+            if point in DRIVER_KILLING_TASK_POINTS:
                 raise InjectedCrash(f"{point}@{batch_id}")
             raise InjectedTaskFailure(f"{point}@{batch_id}")
-        if point == "kill_driver_after_first_prepare":
+        if point in DRIVER_KILLING_TASK_POINTS:
             os.kill(self.driver_pid, signal.SIGKILL)
             time.sleep(60)  # the JVM dies with the driver and takes this worker along
         os._exit(CRASH_EXIT_CODE)

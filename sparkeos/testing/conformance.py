@@ -36,6 +36,7 @@ from .inprocess import ID_SCHEMA, ListRunner, id_batch
 from .job import JobResult, JobSpec, run_job_process, write_input
 
 BEFORE_DECISION = ("after_begun", "after_all_prepared", "kill_driver_after_first_prepare")
+AFTER_ALL_COMMITS = ("after_all_commits", "after_finished")
 CRASH_BATCH = 1
 
 
@@ -110,10 +111,15 @@ class ConnectorConformance:
         spec = self.job(workdir)
         crashed = self.run(spec, fault=f"{point}@{CRASH_BATCH}")
         assert crashed.crashed, f"fault {point} did not fire:\n{crashed.tail()}"
+        inputs = self.input_ids()
         if point in BEFORE_DECISION:
             # Invariant 1: nothing of the crashed batch is visible before its decision.
-            before = [i for ids in self.input_ids()[:CRASH_BATCH] for i in ids]
+            before = [i for ids in inputs[:CRASH_BATCH] for i in ids]
             assert sorted(self.visible_ids(workdir)) == sorted(before)
+        if point in AFTER_ALL_COMMITS:
+            # The crash really came after the commits: the batch is visible once.
+            through = [i for ids in inputs[:CRASH_BATCH + 1] for i in ids]
+            assert sorted(self.visible_ids(workdir)) == sorted(through)
         self.run_to_completion(spec)
         assert_exactly_once(self.visible_ids(workdir), expected)
 

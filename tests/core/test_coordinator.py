@@ -14,22 +14,30 @@ from sparkeos.core.errors import (
     TransactionAbortedError,
 )
 from sparkeos.core.faults import DRIVER_POINTS, TASK_POINTS, FaultPlan, InjectedCrash
-from tests.support.memory import ListRunner, MemorySink, MemoryStore, MemorySystem, id_batch
+from tests.support.memory import (
+    ListRunner,
+    MemorySink,
+    MemoryStore,
+    MemorySystem,
+    TaskCommitMemorySink,
+    id_batch,
+)
 
 BATCHES = [[[1, 2], [3]], [[4], [5, 6]], [[7, 8, 9], []], [[10], [11]]]
 ALL_IDS = list(range(1, 12))
 
 
 def coordinator(system: MemorySystem, log: CommitLog, faults: FaultPlan | None = None,
-                guarantee: Guarantee = Guarantee.EXACTLY_ONCE) -> Coordinator:
+                guarantee: Guarantee = Guarantee.EXACTLY_ONCE,
+                sink_class: type[MemorySink] = MemorySink) -> Coordinator:
     config = CoordinatorConfig(name="mem", guarantee=guarantee)
-    return Coordinator(MemorySink(system), config, log, "q1", faults)
+    return Coordinator(sink_class(system), config, log, "q1", faults)
 
 
 def run_query(system: MemorySystem, log: CommitLog, faults: FaultPlan | None,
-              spark_committed: list[int]) -> None:
+              spark_committed: list[int], sink_class: type[MemorySink] = MemorySink) -> None:
     """Run the batches Spark has not committed yet, as a restarted query would."""
-    coord = coordinator(system, log, faults)
+    coord = coordinator(system, log, faults, sink_class=sink_class)
     for batch_id, partitions in enumerate(BATCHES):
         if batch_id in spark_committed:
             continue
@@ -46,16 +54,20 @@ def test_happy_path_writes_every_row_once(tmp_path):
     assert not system.prepared
 
 
+@pytest.mark.parametrize("sink_class", [MemorySink, TaskCommitMemorySink])
 @pytest.mark.parametrize("point", DRIVER_POINTS + TASK_POINTS)
 @pytest.mark.parametrize("crash_batch", [0, 2])
-def test_crash_at_every_point_then_restart(point, crash_batch):
+def test_crash_at_every_point_then_restart(point, crash_batch, sink_class):
     system, log, committed = MemorySystem(), CommitLog(MemoryStore()), []
     faults = FaultPlan(point, crash_batch, simulate=True)
+    crashed = False
     try:
-        run_query(system, log, faults, committed)
+        run_query(system, log, faults, committed, sink_class)
     except InjectedCrash:
-        pass
-    run_query(system, log, None, committed)
+        crashed = True
+    # Every point fires (task-failure points are retried, so they do not crash).
+    assert crashed or point.startswith("task_fail"), f"{point} never fired"
+    run_query(system, log, None, committed, sink_class)
     assert sorted(system.visible) == ALL_IDS, point
     assert not system.prepared
 

@@ -9,7 +9,13 @@ from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
-from tests.support.memory import ListRunner, MemorySink, MemoryStore, MemorySystem
+from tests.support.memory import (
+    ListRunner,
+    MemorySink,
+    MemoryStore,
+    MemorySystem,
+    TaskCommitMemorySink,
+)
 
 partitions = st.lists(st.integers(0, 4), min_size=1, max_size=4)  # rows per partition
 batches = st.lists(partitions, min_size=1, max_size=8)
@@ -17,8 +23,9 @@ crashes = st.lists(st.tuples(st.sampled_from(ALL_POINTS), st.integers(0, 7)), ma
 
 
 @settings(max_examples=300, deadline=None)
-@given(batches=batches, crashes=crashes, data=st.data())
-def test_random_crashes_never_lose_or_duplicate(batches, crashes, data):
+@given(batches=batches, crashes=crashes, data=st.data(),
+       sink_class=st.sampled_from([MemorySink, TaskCommitMemorySink]))
+def test_random_crashes_never_lose_or_duplicate(batches, crashes, data, sink_class):
     next_id = iter(range(1_000_000))
     plan = [[[next(next_id) for _ in range(n)] for n in parts] for parts in batches]
     expected = sorted(i for parts in plan for ids in parts for i in ids)
@@ -27,7 +34,7 @@ def test_random_crashes_never_lose_or_duplicate(batches, crashes, data):
     spark_committed = 0  # Spark's own commit log: batches below this are never re-run
     for point, batch in [*crashes, (None, None)]:
         faults = FaultPlan(point, batch, simulate=True) if point else None
-        coord = Coordinator(MemorySink(system), CoordinatorConfig(name="p"), log, "q", faults)
+        coord = Coordinator(sink_class(system), CoordinatorConfig(name="p"), log, "q", faults)
         try:
             while spark_committed < len(plan):
                 parts = plan[spark_committed]

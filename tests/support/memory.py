@@ -14,7 +14,13 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import DataLossError
-from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.protocol import (
+    CommitLocation,
+    Receipt,
+    Transaction,
+    TransactionalSink,
+    TxnState,
+)
 from sparkeos.testing.inprocess import ListRunner, MemoryStore, id_batch
 
 
@@ -35,6 +41,8 @@ class Handle:
 
 
 class MemorySink(TransactionalSink[Handle]):
+    """Commits on the driver (CommitLocation.DRIVER)."""
+
     def __init__(self, system: MemorySystem) -> None:
         self.system = system
 
@@ -87,4 +95,18 @@ class MemorySink(TransactionalSink[Handle]):
         return TxnState.ABSENT
 
 
-__all__ = ["Handle", "ListRunner", "MemorySink", "MemoryStore", "MemorySystem", "id_batch"]
+__all__ = [
+    "Handle",
+    "ListRunner",
+    "MemorySink",
+    "MemoryStore",
+    "MemorySystem",
+    "TaskCommitMemorySink",
+    "id_batch",
+]
+
+
+class TaskCommitMemorySink(MemorySink):
+    """The same system, committed from Spark tasks (CommitLocation.TASKS)."""
+
+    commit_location = CommitLocation.TASKS
