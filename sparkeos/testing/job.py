@@ -95,17 +95,28 @@ def plain_file_writer(path: str, format: str = "parquet") -> Callable[[Any, int]
 def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 300.0,
                     env: dict[str, str] | None = None) -> JobResult:
     """Run the job in a child process (own process group, killed whole afterwards)."""
-    spec_path = os.path.join(spec.checkpoint + ".spec.json")
+    return run_spec_process("sparkeos.testing.job", asdict(spec), spec.checkpoint + ".spec.json",
+                            fault, timeout, env)
+
+
+def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
+                     fault: str | None = None, timeout: float = 300.0,
+                     env: dict[str, str] | None = None, cwd: str | None = None) -> JobResult:
+    """Run ``python -m module spec.json`` with ``SPARKEOS_FAULT`` set to ``fault``.
+
+    The child gets its own process group, which is killed whole afterwards: a killed
+    driver leaves its JVM and Python workers behind otherwise.
+    """
     os.makedirs(os.path.dirname(spec_path) or ".", exist_ok=True)
     with open(spec_path, "w") as fh:
-        json.dump(asdict(spec), fh)
+        json.dump(spec, fh)
     child_env = {**os.environ, **(env or {})}
     child_env.pop(ENV_VAR, None)
     if fault:
         child_env[ENV_VAR] = fault
     child_env.setdefault("PYSPARK_PYTHON", sys.executable)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sparkeos.testing.job", spec_path],
+        [sys.executable, "-m", module, spec_path], cwd=cwd,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env,
         start_new_session=True,
     )

@@ -1,0 +1,134 @@
+"""confluent-kafka clients, created lazily and cached per Python process.
+
+Sinks are pickled to Spark's Python workers; clients never are.
+
+Transactional producers are *not* cached: every transaction (a phase-2 commit, a
+direct-mode task, a rollback) starts a fresh producer whose ``init_transactions``
+fences every earlier producer of the same transactional ID and aborts whatever it
+left open. That is the fencing step of the protocol, and librdkafka allows it only
+once per producer instance. It costs one round trip to the transaction coordinator
+(tens of milliseconds), once per participant and batch.
+
+Marker consumers (never subscribed; used to read a marker group's committed offset
+and to get its group metadata) and admin clients hold no transactional state, so
+each Python worker keeps up to ``_MAX_CACHED`` of them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+_MAX_CACHED = 16
+_lock = threading.RLock()
+_consumers: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_admins: dict[str, Any] = {}
+
+# Keys KafkaSink sets itself; setting them in producer_config is an error.
+OWNED_KEYS = frozenset({
+    "bootstrap.servers", "metadata.broker.list", "transactional.id", "transaction.timeout.ms",
+    "enable.idempotence", "group.id", "isolation.level", "enable.auto.commit",
+})
+
+# Producer-only librdkafka properties: not passed to the marker consumer / admin client
+# (librdkafka would warn about each one).
+PRODUCER_ONLY = frozenset({
+    "acks", "request.required.acks", "linger.ms", "queue.buffering.max.ms", "batch.size",
+    "batch.num.messages", "compression.type", "compression.codec", "compression.level",
+    "queue.buffering.max.messages", "queue.buffering.max.kbytes", "message.timeout.ms",
+    "delivery.timeout.ms", "retries", "message.send.max.retries", "partitioner",
+    "partitioner_cb", "enable.gapless.guarantee", "delivery.report.only.error", "dr_cb",
+    "dr_msg_cb", "on_delivery", "sticky.partitioning.linger.ms", "request.timeout.ms",
+    "queue.buffering.backpressure.threshold", "produce.offset.report", "msg_order_cmp",
+    "message.copy.max.bytes", "retry.backoff.max.ms", "transactional.id",
+    "transaction.timeout.ms", "enable.idempotence",
+})
+
+
+def fingerprint(config: Mapping[str, Any]) -> str:
+    return repr(sorted((str(k), repr(v)) for k, v in config.items()))
+
+
+def common_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` without producer-only properties (for consumers and admin clients)."""
+    return {k: v for k, v in config.items() if k not in PRODUCER_ONLY}
+
+
+def new_producer(config: Mapping[str, Any]) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer(dict(config))
+
+
+def marker_consumer(config: Mapping[str, Any], group: str) -> Any:
+    """A consumer (never subscribed) of ``group``: reads its committed offsets and
+    provides the group metadata for ``send_offsets_to_transaction``."""
+    key = (fingerprint(config), group)
+    with _lock:
+        consumer = _consumers.pop(key, None)
+        if consumer is not None:
+            _consumers[key] = consumer
+            return consumer
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({
+        **common_config(config),
+        "group.id": group,
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+    })
+    evicted = []
+    with _lock:
+        _consumers[key] = consumer
+        while len(_consumers) > _MAX_CACHED:
+            evicted.append(_consumers.popitem(last=False)[1])
+    for c in evicted:
+        close_quietly(c)
+    return consumer
+
+
+def drop_consumer(config: Mapping[str, Any], group: str) -> None:
+    with _lock:
+        consumer = _consumers.pop((fingerprint(config), group), None)
+    if consumer is not None:
+        close_quietly(consumer)
+
+
+def admin_client(config: Mapping[str, Any]) -> Any:
+    key = fingerprint(config)
+    with _lock:
+        admin = _admins.get(key)
+        if admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            admin = AdminClient(common_config(config))
+            _admins[key] = admin
+        return admin
+
+
+def drop_admin(config: Mapping[str, Any]) -> None:
+    with _lock:
+        _admins.pop(fingerprint(config), None)
+
+
+def close_quietly(client: Any) -> None:
+    """Close a producer or consumer without waiting for anything."""
+    try:
+        if hasattr(client, "purge"):
+            client.purge()
+            client.flush(0)
+        client.close() if hasattr(client, "close") else None
+    except Exception:
+        pass
+
+
+def clear_caches() -> None:
+    """Close every cached client of this process (tests, benchmarks)."""
+    with _lock:
+        clients = list(_consumers.values())
+        _consumers.clear()
+        _admins.clear()
+    for c in clients:
+        close_quietly(c)

@@ -1,0 +1,795 @@
+"""Exactly-once Kafka sink (confluent-kafka / librdkafka).
+
+librdkafka cannot resume a prepared Kafka transaction in another process (no KIP-939),
+so a Kafka transaction cannot be "prepared" in phase 1 and committed by the driver in
+phase 2. The two modes deal with that differently.
+
+``mode="staged"`` (default; exactly-once, ``commit_location = TASKS``)
+    Phase 1 (task): serialise the partition's records (key/value/topic/headers bytes)
+    into an Arrow IPC file ``<staging_dir>/<transactional id>/b<batch>-<attempt>/
+    records.arrow`` and fsync it. The receipt names the file. Nothing is sent to Kafka.
+
+    Phase 2 (a Spark task per participant, after ``decided(N)``): a fresh transactional
+    producer with ``transactional.id`` = the pool's ID for (query, sink, partition,
+    slot) calls ``init_transactions()`` (fences every earlier producer of that ID and
+    aborts what it left open), then reads the participant's MARKER; if it says batch N
+    is committed, nothing is sent (commit is idempotent). Otherwise it begins a Kafka
+    transaction, produces every staged record, adds the marker to the same transaction
+    and commits; then the staged files of the batch are deleted.
+
+    The MARKER is a consumer-group offset committed inside the Kafka transaction
+    (``send_offsets_to_transaction``, KIP-98/447): group
+    ``<marker_group_prefix><query>.<sink>.<destination hash>.p<partition>``, topic
+    ``marker_topic`` (1 partition, created on first use), offset ``N + 1``. The broker
+    makes the offset visible atomically with the records, only if the transaction
+    commits; a reader with ``require_stable`` (librdkafka's ``committed()`` under
+    ``read_committed``) never sees a pending one. "Batch N of participant p is
+    committed" is then ``committed offset >= N + 1`` (batches of a query commit in
+    order).
+
+``mode="direct"`` (opt-in, faster; at-least-once with replay deduplication)
+    Each task opens the Kafka transaction itself in phase 1, produces its partition,
+    adds its marker and commits right away: no staging, no second Spark job. The
+    records are visible before the batch is decided, so the coordinator's
+    exactly-once contract (invariant 1) cannot hold and the sink offers only
+    ``at_least_once`` / ``none``: use ``at_least_once(sink, name=...)``. A re-run of
+    batch N skips every (batch, partition) whose marker is already committed, so the
+    output is exactly-once **if and only if a re-run of batch N gives every partition
+    the same rows** (deterministic input partitioning, e.g. a replayable source and no
+    non-deterministic repartition). Otherwise rows may be missing or duplicated.
+
+Zombies: a task attempt that is still running after a newer attempt started is fenced
+by the newer ``init_transactions`` (epoch bump); its commit fails and its records are
+aborted. Staged files of a zombie attempt are never named by ``decided(N)`` and are
+deleted by the next commit or rollback of the transactional ID.
+
+Marker retention: consumer-group offsets of an idle group are removed by the broker
+after ``offsets.retention.minutes`` (default 7 days). Every commit refreshes them, so
+a running query is unaffected; a query stopped with a decided-but-unfinished batch and
+restarted after that period could publish that batch's already committed participants
+again. Keep ``offsets.retention.minutes`` above the longest outage you tolerate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import pyarrow as pa
+
+from sparkeos.core.config import Guarantee
+from sparkeos.core.errors import (
+    ConfigurationError,
+    DataLossError,
+    RetriableError,
+    SparkEOSError,
+)
+from sparkeos.core.protocol import (
+    CommitLocation,
+    Receipt,
+    Transaction,
+    TransactionalSink,
+    TxnState,
+)
+
+from . import clients
+from .errors import DRIVER, PHASE1, PHASE2, is_fenced, is_retriable, requires_abort, translate
+from .serde import RecordLayout, check_format, iter_records
+
+MODES = ("staged", "direct")
+STAGED_FILE = "records.arrow"
+STAGING_ENV = "SPARKEOS_KAFKA_STAGING_DIR"
+DEFAULT_MARKER_TOPIC = "sparkeos-markers"
+DEFAULT_MARKER_GROUP_PREFIX = "sparkeos-marker."
+BROKER_MAX_TXN_TIMEOUT = "transaction.max.timeout.ms"
+_SECRET_KEY = re.compile(r"password|secret|credential|token|private|\.pem$|ssl_key|"
+                         r"oauthbearer\.config|jaas", re.IGNORECASE)
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_BATCH_DIR = re.compile(r"^b(\d+)-")
+_OFFSET_INVALID = -1001
+_validated: set[str] = set()
+_validated_lock = threading.Lock()
+
+T = TypeVar("T")
+
+
+def default_staging_dir() -> str:
+    """``$SPARKEOS_KAFKA_STAGING_DIR``, else ``~/.sparkeos/kafka-staging``."""
+    configured = os.environ.get(STAGING_ENV)
+    if configured:
+        return os.path.abspath(os.path.expanduser(configured))
+    return os.path.join(os.path.expanduser("~"), ".sparkeos", "kafka-staging")
+
+
+@dataclass
+class _Handle:
+    txn: Transaction
+    rows: int = 0
+    directory: str | None = None
+    file: Any = None
+    writer: Any = None
+    producer: Any = None
+    skipped: bool = False
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class KafkaSink(TransactionalSink[_Handle]):
+    """Write a foreachBatch DataFrame to Kafka, exactly once (``mode="staged"``).
+
+    Records: ``topic`` (fixed) or ``topic_column`` (per row; ``topic`` is then the
+    default for nulls); ``key_column`` (optional); ``value_column`` (default: the whole
+    row as a JSON object); ``headers_column`` (``array<struct<key,value>>`` or a map).
+    ``key_format`` / ``value_format``: ``"bytes"``, ``"string"``, ``"json"`` or None
+    (auto: bytes for binary/string columns, JSON otherwise); see ``serde``.
+
+    ``producer_config``: librdkafka settings passed through unchanged (``linger.ms``,
+    ``compression.type``, ``security.protocol``, ``sasl.*``, ``ssl.*``...). Keys that
+    look secret (passwords, secrets, tokens, PEM keys) are never written to the commit
+    log. ``bootstrap.servers``, ``transactional.id``, ``transaction.timeout.ms``,
+    ``enable.idempotence`` and consumer keys are set by the sink (see the fields).
+
+    ``staging_dir``: where staged mode keeps prepared batches; it must be a directory
+    every executor can read and write at the same path (a shared mount on a cluster).
+    Default ``$SPARKEOS_KAFKA_STAGING_DIR`` or ``~/.sparkeos/kafka-staging`` resolved on
+    the driver (fine for ``local[*]`` Spark). ``fsync``: make staged files durable
+    before prepare returns (turn off only for throw-away data).
+
+    ``transaction_timeout_ms``: ``transaction.timeout.ms`` of the producers; checked
+    against the broker's ``transaction.max.timeout.ms`` before the first batch. A Kafka
+    transaction lasts one participant's publish (staged) or one task (direct).
+
+    ``transactional_id_prefix`` / ``marker_group_prefix``: prefixes for ACLs (the
+    transactional ID is ``<prefix>seos-<query>-<sink>-p<partition>-s<slot>``).
+    ``timeout_s``: bound on every broker operation (connect, init, commit, marker read).
+    """
+
+    bootstrap_servers: str
+    topic: str | None = None
+    topic_column: str | None = None
+    key_column: str | None = None
+    value_column: str | None = None
+    headers_column: str | None = None
+    key_format: str | None = None
+    value_format: str | None = None
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+    mode: str = "staged"
+    staging_dir: str | None = None
+    fsync: bool = True
+    transaction_timeout_ms: int = 60_000
+    transactional_id_prefix: str = ""
+    marker_topic: str = DEFAULT_MARKER_TOPIC
+    marker_group_prefix: str = DEFAULT_MARKER_GROUP_PREFIX
+    timeout_s: float = 30.0
+
+    commit_location: ClassVar[CommitLocation] = CommitLocation.TASKS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise ConfigurationError(
+                "KafkaSink needs bootstrap_servers",
+                fix="KafkaSink(bootstrap_servers='broker1:9092,broker2:9092', topic='out')",
+            )
+        if self.topic is None and self.topic_column is None:
+            raise ConfigurationError(
+                "KafkaSink needs a topic or a topic_column",
+                fix="KafkaSink(..., topic='out') or KafkaSink(..., topic_column='topic')",
+            )
+        if self.mode not in MODES:
+            raise ConfigurationError(
+                f"unknown KafkaSink mode {self.mode!r}",
+                fix="use mode='staged' (exactly-once, default) or mode='direct' "
+                "(faster, at-least-once with replay deduplication)",
+            )
+        check_format("key_format", self.key_format)
+        check_format("value_format", self.value_format)
+        if self.value_column is None and self.value_format not in (None, "json"):
+            raise ConfigurationError(
+                f"value_format={self.value_format!r} needs a value_column; without one the "
+                "value is the whole row as JSON",
+                fix="set value_column='<column>' or drop value_format",
+            )
+        if not isinstance(self.producer_config, Mapping):
+            raise ConfigurationError("producer_config must be a dict of librdkafka settings")
+        owned = sorted(set(self.producer_config) & clients.OWNED_KEYS)
+        if owned:
+            raise ConfigurationError(
+                f"producer_config sets {', '.join(owned)}, which KafkaSink manages",
+                fix="use KafkaSink(bootstrap_servers=..., transaction_timeout_ms=..., "
+                "transactional_id_prefix=...) instead; transactions (and so idempotence) "
+                "are always on",
+            )
+        object.__setattr__(self, "producer_config", dict(self.producer_config))
+        if (not isinstance(self.transaction_timeout_ms, int)
+                or self.transaction_timeout_ms < 1000):
+            raise ConfigurationError(
+                f"transaction_timeout_ms={self.transaction_timeout_ms!r} is too small",
+                fix="use at least 1000 ms (librdkafka default 60000)",
+            )
+        if self.timeout_s <= 0:
+            raise ConfigurationError(f"timeout_s={self.timeout_s!r} must be > 0")
+        if not self.marker_topic or _UNSAFE.search(self.marker_topic):
+            raise ConfigurationError(
+                f"invalid marker_topic {self.marker_topic!r}",
+                fix="use letters, digits, '.', '_' and '-'",
+            )
+        if self.mode == "staged":
+            staging = self.staging_dir or default_staging_dir()
+            object.__setattr__(self, "staging_dir",
+                               os.path.abspath(os.path.expanduser(staging)))
+        else:
+            # Direct mode commits in phase 1: the coordinator's exactly-once contract
+            # (nothing visible before the decision) cannot hold.
+            object.__setattr__(self, "guarantees",
+                               frozenset({Guarantee.AT_LEAST_ONCE, Guarantee.NONE}))
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.describe(), sort_keys=True, default=str))
+
+    # -- identity / description ------------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        """The bootstrap servers, normalised (what error messages name)."""
+        return ",".join(sorted(s.strip() for s in self.bootstrap_servers.split(",") if s.strip()))
+
+    def identity(self) -> dict[str, Any]:
+        """Where the output and its markers go. Not the bootstrap list: adding a broker to
+        it is routine and must not look like another destination to the commit log."""
+        return {"topic": self.topic, "topic_column": self.topic_column,
+                "marker_topic": self.marker_topic,
+                "marker_group_prefix": self.marker_group_prefix,
+                "transactional_id_prefix": self.transactional_id_prefix}
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        public: dict[str, Any] = {}
+        omitted: list[str] = []
+        for key, value in self.producer_config.items():
+            if _SECRET_KEY.search(key) or not isinstance(value, (str, int, float, bool)):
+                omitted.append(key)
+            else:
+                public[key] = value
+        out["producer_config"] = public
+        if omitted:
+            out["producer_config_omitted"] = sorted(omitted)
+        return out
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, Any]) -> KafkaSink:
+        settings = dict(description)
+        omitted = settings.pop("producer_config_omitted", None)
+        if omitted:
+            raise ConfigurationError(
+                f"the recorded KafkaSink omits secret producer settings ({', '.join(omitted)})",
+                fix="rebuild the sink in your code with its full producer_config and restart "
+                "the query; it finishes any pending commits first",
+            )
+        return cls(**settings)
+
+    def transactional_id(self, txn: Transaction) -> str:
+        return f"{self.transactional_id_prefix}{txn.txn_id}"
+
+    def marker_group(self, txn: Transaction) -> str:
+        digest = hashlib.sha256(
+            json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:10]
+        return (f"{self.marker_group_prefix}{txn.query_key}.{txn.sink}.{digest}"
+                f".p{txn.partition}")
+
+    def layout(self) -> RecordLayout:
+        return RecordLayout(self.topic, self.topic_column, self.key_column, self.value_column,
+                            self.headers_column, self.key_format, self.value_format)
+
+    def client_config(self) -> dict[str, Any]:
+        """The librdkafka configuration shared by every client (no transactional.id)."""
+        return {**self.producer_config, "bootstrap.servers": self.bootstrap_servers}
+
+    def producer_settings(self, transactional_id: str) -> dict[str, Any]:
+        return {**self.client_config(), "transactional.id": transactional_id,
+                "transaction.timeout.ms": self.transaction_timeout_ms,
+                "enable.idempotence": True}
+
+    # -- driver ------------------------------------------------------------------------------
+    def validate(self, schema: pa.Schema) -> None:
+        self.layout().check_schema(schema)
+        if self.mode == "staged":
+            self._check_staging_dir()
+        key = clients.fingerprint({**self.client_config(), "#marker": self.marker_topic,
+                                   "#topic": self.topic, "#ttms": self.transaction_timeout_ms})
+        with _validated_lock:
+            if key in _validated:
+                return
+        self.check_broker()
+        with _validated_lock:
+            _validated.add(key)
+
+    def check_broker(self) -> None:
+        """Reachability, ``transaction.timeout.ms`` limit, marker and output topics."""
+        admin = clients.admin_client(self.client_config())
+        try:
+            metadata = admin.list_topics(timeout=self.timeout_s)
+        except Exception as exc:
+            clients.drop_admin(self.client_config())
+            raise RetriableError(
+                f"the Kafka brokers at {self.bootstrap} did not answer within "
+                f"{self.timeout_s:g} s ({_short(exc)})",
+                fix="start the brokers or fix bootstrap_servers / the security settings in "
+                "producer_config; nothing of this batch was written",
+            ) from None
+        broker_config = self._broker_config(admin, metadata)
+        limit = broker_config.get(BROKER_MAX_TXN_TIMEOUT)
+        if limit is not None and self.transaction_timeout_ms > int(limit):
+            raise ConfigurationError(
+                f"transaction_timeout_ms={self.transaction_timeout_ms} is larger than the "
+                f"broker's {BROKER_MAX_TXN_TIMEOUT}={limit}: every transaction would be "
+                "refused (INVALID_TRANSACTION_TIMEOUT)",
+                fix=f"use KafkaSink(transaction_timeout_ms=<= {limit}) or raise "
+                f"{BROKER_MAX_TXN_TIMEOUT} on the brokers; nothing was written",
+            )
+        if self.marker_topic not in metadata.topics:
+            self._create_marker_topic(admin, len(metadata.brokers))
+        auto_create = str(broker_config.get("auto.create.topics.enable", "true")).lower()
+        if self.topic is not None and self.topic not in metadata.topics and auto_create == "false":
+            raise ConfigurationError(
+                f"topic {self.topic!r} does not exist on {self.bootstrap} and the brokers do "
+                "not create topics automatically",
+                fix=f"create it (kafka-topics.sh --create --topic {self.topic} ...) or fix "
+                "KafkaSink(topic=...); nothing was written",
+            )
+
+    def _broker_config(self, admin: Any, metadata: Any) -> dict[str, str]:
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            ConfigResource,
+            ResourceType,
+        )
+
+        if not metadata.brokers:
+            return {}
+        broker_id = str(sorted(metadata.brokers)[0])
+        try:
+            futures = admin.describe_configs([ConfigResource(ResourceType.BROKER, broker_id)],
+                                             request_timeout=self.timeout_s)
+            entries = next(iter(futures.values())).result(timeout=self.timeout_s)
+        except Exception:
+            # Not allowed to describe configs (ACLs): init_transactions reports a bad
+            # timeout as INVALID_TRANSACTION_TIMEOUT (a ConfigurationError) instead.
+            return {}
+        return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+
+    def _create_marker_topic(self, admin: Any, brokers: int) -> None:
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+        topic = NewTopic(self.marker_topic, num_partitions=1,
+                         replication_factor=max(1, min(3, brokers)))
+        try:
+            admin.create_topics([topic], request_timeout=self.timeout_s)[
+                self.marker_topic].result(timeout=self.timeout_s)
+        except Exception as exc:
+            if "TOPIC_ALREADY_EXISTS" in str(exc):
+                return
+            raise ConfigurationError(
+                f"the marker topic {self.marker_topic!r} does not exist and could not be "
+                f"created on {self.bootstrap} ({_short(exc)})",
+                fix=f"create it once with 1 partition (kafka-topics.sh --create --topic "
+                f"{self.marker_topic} --partitions 1), or grant CREATE on it; never delete "
+                "it while queries use it (the broker drops the markers of deleted topics)",
+            ) from None
+
+    def _check_staging_dir(self) -> None:
+        root = self._staging_root()
+        probe = os.path.join(root, f".write-probe-{os.getpid()}")
+        try:
+            os.makedirs(root, exist_ok=True)
+            with open(probe, "wb") as fh:
+                fh.write(b"ok")
+            os.unlink(probe)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"staging_dir {root} is not writable ({exc.strerror})",
+                fix="create it and give the Spark user write access, or set "
+                f"KafkaSink(staging_dir=...) / ${STAGING_ENV} to a directory every executor "
+                "can reach at the same path; nothing of this batch was written",
+            ) from None
+
+    # -- phase 1 (tasks) ---------------------------------------------------------------------
+    def begin(self, txn: Transaction) -> _Handle:
+        if self.mode == "staged":
+            attempt = _UNSAFE.sub("_", txn.attempt or "driver")
+            directory = os.path.join(self._txn_dir(txn), f"b{txn.batch_id:012d}-{attempt}")
+            os.makedirs(directory, exist_ok=True)
+            return _Handle(txn, directory=directory)
+        handle = _Handle(txn)
+        producer = self._init_producer(txn, PHASE1)
+        try:
+            if self._committed_batch(txn, PHASE1) >= txn.batch_id:
+                handle.skipped = True  # a re-run of a committed (batch, partition)
+                clients.close_quietly(producer)
+                return handle
+            producer.begin_transaction()
+        except BaseException as exc:
+            clients.close_quietly(producer)
+            raise self._error(exc, txn, PHASE1, "begin transaction") from None
+        handle.producer = producer
+        return handle
+
+    def write(self, handle: _Handle, batch: pa.RecordBatch) -> None:
+        handle.rows += batch.num_rows
+        if handle.skipped:
+            return
+        records = self.layout().serialize(batch)
+        if handle.directory is not None:
+            if handle.writer is None:
+                path = os.path.join(handle.directory, STAGED_FILE)
+                handle.file = pa.OSFile(path, "wb")
+                handle.writer = pa.ipc.new_file(handle.file, records.schema)
+            handle.writer.write_batch(records)
+            return
+        try:
+            self._produce(handle.producer, records, handle.txn)
+        except BaseException as exc:
+            raise self._error(exc, handle.txn, PHASE1, "produce") from None
+
+    def prepare(self, handle: _Handle) -> Receipt:
+        txn = handle.txn
+        if handle.directory is not None:
+            if handle.writer is None:
+                shutil.rmtree(handle.directory, ignore_errors=True)
+                return {"mode": "staged", "file": None, "rows": 0}
+            handle.writer.close()
+            handle.file.close()
+            path = os.path.join(handle.directory, STAGED_FILE)
+            if self.fsync:
+                _fsync(path)
+                _fsync(handle.directory)
+                _fsync(os.path.dirname(handle.directory))
+                _fsync(self._staging_root())
+            return {"mode": "staged", "rows": handle.rows, "bytes": os.path.getsize(path),
+                    "file": os.path.relpath(path, self._staging_root()),
+                    "host": socket.gethostname()}
+        if handle.skipped:
+            return {"mode": "direct", "rows": handle.rows, "skipped": True}
+        producer, handle.producer = handle.producer, None
+        try:
+            self._commit_with_marker(producer, txn)
+        except BaseException as exc:
+            _abort_quietly(producer, self.timeout_s)
+            raise self._error(exc, txn, PHASE1, "commit transaction") from None
+        finally:
+            clients.close_quietly(producer)
+        return {"mode": "direct", "rows": handle.rows, "skipped": False}
+
+    def abort(self, handle: _Handle, txn: Transaction) -> None:
+        if handle.writer is not None:
+            for closable in (handle.writer, handle.file):
+                try:
+                    closable.close()
+                except Exception:
+                    pass
+        if handle.directory is not None:
+            shutil.rmtree(handle.directory, ignore_errors=True)
+        if handle.producer is not None:
+            producer, handle.producer = handle.producer, None
+            _abort_quietly(producer, self.timeout_s)
+            clients.close_quietly(producer)
+
+    # -- phase 2 / recovery -------------------------------------------------------------------
+    def commit(self, txn: Transaction, receipt: Receipt) -> None:
+        if receipt.get("mode") == "direct":
+            return  # committed by its task in phase 1
+        if not receipt.get("file") or not receipt.get("rows"):
+            self._delete_staged(txn)
+            return
+        deadline = time.monotonic() + max(self.timeout_s, self.transaction_timeout_ms / 1000)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self._publish(txn, receipt)
+                break
+            except SparkEOSError:
+                raise
+            except Exception as exc:
+                # Leader moves, broker restarts, an abortable error: start over with a
+                # fresh producer (its init_transactions aborts what is left open).
+                transient = is_retriable(exc) or requires_abort(exc) or is_fenced(exc)
+                if transient and attempt < 4 and time.monotonic() < deadline:
+                    time.sleep(0.2 * attempt)
+                    continue
+                raise self._error(exc, txn, PHASE2, "commit") from None
+        self._delete_staged(txn)
+
+    def _publish(self, txn: Transaction, receipt: Receipt) -> None:
+        producer = self._init_producer(txn, PHASE2)
+        try:
+            if self._committed_batch(txn, PHASE2) >= txn.batch_id:
+                return  # committed before (an earlier attempt or run): idempotent
+            path = self._staged_path(txn, receipt)
+            producer.begin_transaction()
+            with pa.memory_map(path) as source:
+                reader = pa.ipc.open_file(source)
+                for i in range(reader.num_record_batches):
+                    self._produce(producer, reader.get_batch(i), txn)
+            self._commit_with_marker(producer, txn)
+        except BaseException:
+            _abort_quietly(producer, self.timeout_s)
+            raise
+        finally:
+            clients.close_quietly(producer)
+
+    def rollback(self, txn: Transaction) -> None:
+        if self.mode == "staged":
+            self._delete_staged(txn, include_later=False)
+        # A fresh producer's init_transactions aborts any transaction left open under
+        # this ID (a crashed commit) and fences its producer.
+        producer = self._init_producer(txn, DRIVER)
+        clients.close_quietly(producer)
+
+    def probe(self, txn: Transaction) -> TxnState:
+        if self._committed_batch(txn, DRIVER) >= txn.batch_id:
+            return TxnState.COMMITTED
+        if self.mode == "staged" and self._staged_dirs(txn, lambda b: b == txn.batch_id):
+            return TxnState.PREPARED
+        return TxnState.ABSENT
+
+    def close(self) -> None:
+        clients.clear_caches()
+
+    # -- Kafka helpers ----------------------------------------------------------------------------
+    def _init_producer(self, txn: Transaction, phase: str) -> Any:
+        tid = self.transactional_id(txn)
+        try:
+            producer = clients.new_producer(self.producer_settings(tid))
+        except BaseException as exc:
+            raise self._error(exc, txn, phase, "producer creation") from None
+        try:
+            # Connect first. librdkafka 2.16 drops the bootstrap connection once the
+            # first metadata names the real broker; init_transactions that finds no
+            # connection up waits for the 500 ms coordinator-query timer (measured: about
+            # every other producer). Two metadata requests leave the real broker
+            # connected: producer creation to initialised is then a steady ~57 ms.
+            for _ in range(2):
+                producer.list_topics(self.marker_topic, timeout=self.timeout_s)
+            self._retrying(lambda: producer.init_transactions(self.timeout_s))
+        except BaseException as exc:
+            clients.close_quietly(producer)
+            raise self._error(exc, txn, phase, "init_transactions") from None
+        return producer
+
+    def _committed_batch(self, txn: Transaction, phase: str) -> int:
+        """The last batch committed for ``txn``'s participant (-1 if none)."""
+        from confluent_kafka import TopicPartition
+
+        group = self.marker_group(txn)
+        config = self.client_config()
+        try:
+            consumer = clients.marker_consumer(config, group)
+            parts = consumer.committed([TopicPartition(self.marker_topic, 0)],
+                                       timeout=self.timeout_s)
+        except BaseException as exc:
+            clients.drop_consumer(config, group)
+            raise self._error(exc, txn, phase, f"marker read (group {group})") from None
+        part = parts[0]
+        if part.error is not None:
+            raise self._error(RuntimeError(str(part.error)), txn, phase, "marker read")
+        offset = int(part.offset)
+        return offset - 1 if offset >= 0 else -1
+
+    def _commit_with_marker(self, producer: Any, txn: Transaction) -> None:
+        from confluent_kafka import TopicPartition
+
+        group = self.marker_group(txn)
+        consumer = clients.marker_consumer(self.client_config(), group)
+        marker = [TopicPartition(self.marker_topic, 0, txn.batch_id + 1)]
+        self._retrying(lambda: producer.send_offsets_to_transaction(
+            marker, consumer.consumer_group_metadata(), self.timeout_s))
+        self._retrying(lambda: producer.commit_transaction(self.timeout_s))
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        """Retry a transactional API call on retriable errors, within ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                if (not is_retriable(exc) or requires_abort(exc)
+                        or time.monotonic() + delay > deadline):
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _produce(self, producer: Any, records: pa.RecordBatch, txn: Transaction) -> None:
+        names = records.schema.names
+        produce = producer.produce
+        poll = producer.poll
+        if "topic" not in names and "headers" not in names:
+            topic = self.topic
+            values = records.column(names.index("value")).to_pylist()
+            key_column = records.column(names.index("key"))
+            if key_column.null_count == len(key_column):
+                for value in values:
+                    try:
+                        produce(topic, value)
+                    except BufferError:
+                        self._produce_when_room(producer, topic, value)
+            else:
+                for value, key in zip(values, key_column.to_pylist(), strict=True):
+                    try:
+                        produce(topic, value, key)
+                    except BufferError:
+                        self._produce_when_room(producer, topic, value, key)
+        else:
+            default = self.topic
+            for topic, value, key, headers in iter_records(records):
+                try:
+                    produce(topic or default, value, key, headers=headers)
+                except BufferError:
+                    self._produce_when_room(producer, topic or default, value, key, headers)
+        poll(0)
+
+    def _produce_when_room(self, producer: Any, topic: str | None, value: bytes | None,
+                           key: bytes | None = None, headers: Any = None) -> None:
+        """The local queue is full: serve delivery reports until the record fits."""
+        deadline = time.monotonic() + max(self.timeout_s, self.transaction_timeout_ms / 1000)
+        while True:
+            producer.poll(0.05)
+            try:
+                producer.produce(topic, value, key, headers=headers)
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise
+
+    def _error(self, exc: BaseException, txn: Transaction, phase: str,
+               action: str) -> SparkEOSError:
+        return translate(exc, sink=txn.sink, txn=txn, phase=phase, bootstrap=self.bootstrap,
+                         action=action, transactional_id=self.transactional_id(txn))
+
+    # -- staging helpers ------------------------------------------------------------------------
+    def _staging_root(self) -> str:
+        assert self.staging_dir is not None
+        return self.staging_dir
+
+    def _txn_dir(self, txn: Transaction) -> str:
+        return os.path.join(self._staging_root(), self.transactional_id(txn))
+
+    def _staged_dirs(self, txn: Transaction, which: Callable[[int], bool]) -> list[str]:
+        directory = self._txn_dir(txn)
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            match = _BATCH_DIR.match(name)
+            if match and which(int(match.group(1))):
+                out.append(os.path.join(directory, name))
+        return out
+
+    def _delete_staged(self, txn: Transaction, include_later: bool = False) -> None:
+        """Delete the staged files of ``txn``'s batch and of earlier batches of its ID.
+
+        Later batches are kept: a late zombie of batch N must not delete batch N+2's
+        prepared files (same transactional ID, same slot)."""
+        for directory in self._staged_dirs(
+                txn, lambda b: include_later or b <= txn.batch_id):
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _staged_path(self, txn: Transaction, receipt: Receipt) -> str:
+        root = self._staging_root()
+        path = os.path.normpath(os.path.join(root, str(receipt["file"])))
+        if not path.startswith(root + os.sep):
+            raise DataLossError(
+                f"receipt names a staged file outside staging_dir: {receipt['file']!r}",
+                sink=txn.sink, batch_id=txn.batch_id, txn_id=self.transactional_id(txn),
+                fix="the commit log was edited or belongs to another sink configuration",
+            )
+        if os.path.exists(path):
+            return path
+        host = socket.gethostname()
+        staged_on = receipt.get("host")
+        if staged_on and staged_on != host:
+            raise RetriableError(
+                f"staged file {path} was written on host {staged_on}, but this commit runs "
+                f"on {host}, where it does not exist",
+                sink=txn.sink, batch_id=txn.batch_id, txn_id=self.transactional_id(txn),
+                fix="staging_dir must be a directory every executor reaches at the same path "
+                "(a shared mount); restart the query once it is: the batch is decided and "
+                "is committed then",
+            )
+        raise DataLossError(
+            f"staged file {path} of a decided transaction is gone and the marker shows the "
+            "transaction as not committed",
+            sink=txn.sink, batch_id=txn.batch_id, txn_id=self.transactional_id(txn),
+            fix="something deleted the staging directory: restore it from a backup, or "
+            "re-process this batch from the source. If the query was stopped for longer "
+            "than the brokers' offsets.retention.minutes, the marker may have expired after "
+            f"the batch was committed: check the topic, and if the batch is there, mark it "
+            f"done with `sparkeos recover` or by committing offset {txn.batch_id + 1} for "
+            f"group {self.marker_group(txn)!r} on {self.marker_topic}[0]",
+        )
+
+
+def _abort_quietly(producer: Any, timeout_s: float) -> None:
+    try:
+        producer.abort_transaction(timeout_s)
+    except Exception:
+        pass
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def read_topic(bootstrap_servers: str, topic: str, *, isolation: str = "read_committed",
+               timeout_s: float = 30.0,
+               config: Mapping[str, Any] | None = None) -> list[Any]:
+    """Every message of ``topic`` (all partitions, from the start) as a
+    ``read_committed`` consumer sees it now; for tests and checks."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({
+        **clients.common_config(config or {}),
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": f"sparkeos-read-{os.getpid()}-{time.monotonic_ns()}",
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+    })
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            return []
+        partitions = sorted(info.partitions)
+        ends = {}
+        for p in partitions:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                        timeout=timeout_s)
+            ends[p] = high
+        pending = {p for p in partitions if ends[p] > 0}
+        if not pending:
+            return []
+        consumer.assign([TopicPartition(topic, p, 0) for p in pending])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                    continue
+                raise RuntimeError(f"reading {topic}: {err}")
+            out.append(msg)
+            if (msg.offset() or 0) + 1 >= ends[msg.partition()]:
+                pending.discard(msg.partition())
+        if pending:
+            raise TimeoutError(f"reading {topic}: partitions {sorted(pending)} not drained "
+                               f"within {timeout_s} s")
+        return out
+    finally:
+        consumer.close()
+
+
+__all__ = ["KafkaSink", "default_staging_dir", "read_topic"]

@@ -1,0 +1,97 @@
+"""Kafka -> Spark -> Kafka streaming job in a child process (so tests can kill it).
+
+    python -m integration.connectors.kafka.kafka_job spec.json
+
+Reads ``input_topic`` with Spark's Kafka source (``kafka_source``: read_committed),
+parses the JSON values and writes them to ``output_topic`` through ``KafkaSink``
+(``mode="exactly_once"``), with the plain foreachBatch producer (``"plain"``), or
+(``sink="postgres"``) into a PostgreSQL table through ``PostgresSink``.
+Faults come from ``SPARKEOS_FAULT`` as for ``sparkeos.testing.job``; in plain mode
+any fault kills the driver after the named batch was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sparkeos.core.faults import CRASH_EXIT_CODE
+from sparkeos.testing.job import JobResult, run_spec_process
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+
+@dataclass
+class KafkaJobSpec:
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    checkpoint: str
+    staging_dir: str
+    transactional_id_prefix: str
+    mode: str = "exactly_once"
+    max_offsets_per_trigger: int = 20
+    sink: str = "kafka"
+    """``kafka`` (output_topic) or ``postgres`` (pg_dsn / pg_table)."""
+    pg_dsn: str = ""
+    pg_table: str = ""
+    pg_marker_table: str = "sparkeos_markers"
+
+
+def run_kafka_job(spec: KafkaJobSpec, fault: str | None = None,
+                  timeout: float = 300.0) -> JobResult:
+    return run_spec_process("integration.connectors.kafka.kafka_job", asdict(spec),
+                            spec.checkpoint + ".spec.json", fault, timeout, cwd=ROOT)
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as fh:
+        spec = KafkaJobSpec(**json.load(fh))
+    from sparkeos.connectors.kafka import KafkaSink, kafka_source, spark_kafka_jars
+    from sparkeos.connectors.kafka.plain import plain_foreachbatch_writer
+    from sparkeos.core.adapter import exactly_once
+    from sparkeos.core.faults import FaultPlan
+    from sparkeos.core.spark import local_session
+
+    spark = local_session("sparkeos-kafka-job", "local[2]",
+                          {"spark.jars": ",".join(spark_kafka_jars())})
+    source = kafka_source(spark, spec.bootstrap, spec.input_topic,
+                          maxOffsetsPerTrigger=spec.max_offsets_per_trigger)
+    df = source.selectExpr(
+        "get_json_object(CAST(value AS STRING), '$.id') AS id_text",
+        "CAST(value AS STRING) AS payload",
+    ).selectExpr("CAST(id_text AS BIGINT) AS id", "payload")
+    batch_fn: Any
+    if spec.mode == "plain":
+        write = plain_foreachbatch_writer(spec.bootstrap, spec.output_topic)
+        fault = FaultPlan.from_env()
+
+        def batch_fn(batch_df: Any, batch_id: int) -> None:
+            write(batch_df, batch_id)
+            if fault.point and fault.batch_id in (None, batch_id):
+                os._exit(CRASH_EXIT_CODE)
+    elif spec.sink == "postgres":
+        from sparkeos.connectors.jdbc import PostgresSink
+
+        batch_fn = exactly_once(
+            PostgresSink(dsn=spec.pg_dsn, table=spec.pg_table, create_table=True,
+                         marker_table=spec.pg_marker_table),
+            name="kafka-to-pg")
+    else:
+        sink = KafkaSink(spec.bootstrap, topic=spec.output_topic, staging_dir=spec.staging_dir,
+                         transactional_id_prefix=spec.transactional_id_prefix)
+        batch_fn = exactly_once(sink, name="kafka-e2e")
+    query = (df.writeStream.foreachBatch(batch_fn)
+             .option("checkpointLocation", spec.checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
