@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError, DataLossError
+from sparkeos.core.fsutil import fsync_path, require_writable_dir
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
 
 STAGING_DIR = ".sparkeos-staging"
@@ -77,18 +78,12 @@ class FileSink(TransactionalSink[_Staged]):
 
     # -- driver ------------------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
-        probe = os.path.join(self.directory, STAGING_DIR, ".write-probe")
-        try:
-            os.makedirs(os.path.dirname(probe), exist_ok=True)
-            with open(probe, "wb") as fh:
-                fh.write(b"ok")
-            os.unlink(probe)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"output directory {self.directory} is not writable ({exc.strerror})",
-                fix="create the directory and give the Spark user write access, or choose "
-                "another path; nothing of this batch was written",
-            ) from None
+        require_writable_dir(
+            os.path.join(self.directory, STAGING_DIR),
+            f"output directory {self.directory}",
+            "create the directory and give the Spark user write access, or choose another "
+            "path",
+        )
 
     # -- phase 1 -------------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Staged:
@@ -112,8 +107,8 @@ class FileSink(TransactionalSink[_Staged]):
         handle.writer.close()
         staged = os.path.join(handle.directory, handle.file_name)
         if self.fsync:
-            _fsync_path(staged)
-            _fsync_path(handle.directory)
+            fsync_path(staged)
+            fsync_path(handle.directory)
         return {"dir": os.path.basename(handle.directory), "file": handle.file_name,
                 "rows": handle.rows}
 
@@ -147,7 +142,7 @@ class FileSink(TransactionalSink[_Staged]):
                         "a backup, or re-process this batch from the source",
                     ) from None
                 if self.fsync:
-                    _fsync_path(self.directory)
+                    fsync_path(self.directory)
         shutil.rmtree(self._txn_dir(txn.txn_id), ignore_errors=True)
 
     def rollback(self, txn: Transaction) -> None:
@@ -220,14 +215,6 @@ def _iso_text(column: pa.Array) -> pa.Array:
         text = np.char.add(text, "Z")
     mask = column.is_null().to_numpy(zero_copy_only=False) if column.null_count else None
     return pa.array(text, pa.string(), mask=mask)
-
-
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def committed_files(path: str, format: str = "parquet") -> list[str]:

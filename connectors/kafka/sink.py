@@ -73,6 +73,7 @@ from sparkeos.core.errors import (
     RetriableError,
     SparkEOSError,
 )
+from sparkeos.core.fsutil import fsync_path, require_writable_dir
 from sparkeos.core.protocol import (
     CommitLocation,
     Receipt,
@@ -384,20 +385,12 @@ class KafkaSink(TransactionalSink[_Handle]):
             ) from None
 
     def _check_staging_dir(self) -> None:
-        root = self._staging_root()
-        probe = os.path.join(root, f".write-probe-{os.getpid()}")
-        try:
-            os.makedirs(root, exist_ok=True)
-            with open(probe, "wb") as fh:
-                fh.write(b"ok")
-            os.unlink(probe)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"staging_dir {root} is not writable ({exc.strerror})",
-                fix="create it and give the Spark user write access, or set "
-                f"KafkaSink(staging_dir=...) / ${STAGING_ENV} to a directory every executor "
-                "can reach at the same path; nothing of this batch was written",
-            ) from None
+        require_writable_dir(
+            self._staging_root(), f"staging_dir {self._staging_root()}",
+            "create it and give the Spark user write access, or set "
+            f"KafkaSink(staging_dir=...) / ${STAGING_ENV} to a directory every executor "
+            "can reach at the same path",
+        )
 
     # -- phase 1 (tasks) ---------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Handle:
@@ -447,10 +440,10 @@ class KafkaSink(TransactionalSink[_Handle]):
             handle.file.close()
             path = os.path.join(handle.directory, STAGED_FILE)
             if self.fsync:
-                _fsync(path)
-                _fsync(handle.directory)
-                _fsync(os.path.dirname(handle.directory))
-                _fsync(self._staging_root())
+                fsync_path(path)
+                fsync_path(handle.directory)
+                fsync_path(os.path.dirname(handle.directory))
+                fsync_path(self._staging_root())
             return {"mode": "staged", "rows": handle.rows, "bytes": os.path.getsize(path),
                     "file": os.path.relpath(path, self._staging_root()),
                     "host": socket.gethostname()}
@@ -723,14 +716,6 @@ def _abort_quietly(producer: Any, timeout_s: float) -> None:
         producer.abort_transaction(timeout_s)
     except Exception:
         pass
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _short(exc: BaseException) -> str:
