@@ -359,3 +359,30 @@ def test_spark_kafka_jars_and_source_arguments(monkeypatch: pytest.MonkeyPatch,
         kafka_source(object(), "h:1")
     with pytest.raises(ConfigurationError, match="isolation_level"):
         kafka_source(object(), "h:1", "t", isolation_level="dirty")
+
+
+@pytest.mark.chaos
+def test_broker_restart_between_decision_and_commit(
+        kafka_bootstrap: str, topic: str, tmp_path: Any) -> None:
+    """The broker is down when a decided batch must be committed: a retriable error,
+    nothing lost; once it is back, the restart commits the batch exactly once."""
+    from integration.fixtures.kafka import ENV_VAR, _script
+    from sparkeos.core.faults import FaultPlan, InjectedCrash
+
+    if os.environ.get(ENV_VAR) or _script("status").returncode != 0:
+        pytest.skip("restarting the broker needs the local broker of docker/services/kafka.sh")
+    sink = make_sink(kafka_bootstrap, topic, tmp_path, timeout_s=5.0)
+    log = CommitLog(LocalStore(str(tmp_path / "log")))
+    config = CoordinatorConfig(name="kafka-it")
+    with pytest.raises(InjectedCrash):
+        Coordinator(sink, config, log, "itq", FaultPlan("after_decided", 0, simulate=True)
+                    ).run_batch(0, ListRunner([[1, 2], [3]]))
+    assert _script("stop").returncode == 0
+    try:
+        with pytest.raises(RetriableError, match="batch=0"):
+            Coordinator(sink, config, log, "itq").run_batch(0, ListRunner([[1, 2], [3]]))
+    finally:
+        assert _script("start").returncode == 0
+    metrics = Coordinator(sink, config, log, "itq").run_batch(0, ListRunner([[1, 2], [3]]))
+    assert metrics.outcome == "replayed"
+    assert ids(kafka_bootstrap, topic) == [1, 2, 3]
