@@ -33,7 +33,7 @@ from sparkeos.core.faults import ALL_POINTS, DRIVER_POINTS, FaultPlan, InjectedC
 from sparkeos.core.protocol import TransactionalSink
 
 from .inprocess import ID_SCHEMA, ListRunner, id_batch
-from .job import JobResult, JobSpec, run_job_process, write_input
+from .job import JobResult, JobSpec, load_factory, run_job_process, write_input
 
 BEFORE_DECISION = ("after_begun", "after_all_prepared", "kill_driver_after_first_prepare")
 AFTER_ALL_COMMITS = ("after_all_commits", "after_finished")
@@ -64,8 +64,6 @@ class ConnectorConformance:
         raise NotImplementedError
 
     def sink_factory(self, workdir: str) -> TransactionalSink[Any]:
-        from .job import load_factory
-
         spec = self.sink_spec(workdir)
         return load_factory(spec["factory"])(**spec.get("kwargs", {}))  # type: ignore[no-any-return]
 
@@ -100,6 +98,10 @@ class ConnectorConformance:
                 return
         raise AssertionError(f"job did not complete after {restarts} restarts:\n{result.tail()}")
 
+    def ids_of_batches(self, count: int) -> list[int]:
+        """The ids of the first ``count`` batches, in order."""
+        return [i for ids in self.input_ids()[:count] for i in ids]
+
     def prepare_input(self, workdir: str) -> list[int]:
         return write_input(os.path.join(workdir, "input"), self.input_ids())
 
@@ -111,14 +113,13 @@ class ConnectorConformance:
         spec = self.job(workdir)
         crashed = self.run(spec, fault=f"{point}@{CRASH_BATCH}")
         assert crashed.crashed, f"fault {point} did not fire:\n{crashed.tail()}"
-        inputs = self.input_ids()
         if point in BEFORE_DECISION:
             # Invariant 1: nothing of the crashed batch is visible before its decision.
-            before = [i for ids in inputs[:CRASH_BATCH] for i in ids]
+            before = self.ids_of_batches(CRASH_BATCH)
             assert sorted(self.visible_ids(workdir)) == sorted(before)
         if point in AFTER_ALL_COMMITS:
             # The crash really came after the commits: the batch is visible once.
-            through = [i for ids in inputs[:CRASH_BATCH + 1] for i in ids]
+            through = self.ids_of_batches(CRASH_BATCH + 1)
             assert sorted(self.visible_ids(workdir)) == sorted(through)
         self.run_to_completion(spec)
         assert_exactly_once(self.visible_ids(workdir), expected)
@@ -141,7 +142,7 @@ class ConnectorConformance:
         result = self.run(spec, fault=f"task_fail_after_prepare@{CRASH_BATCH}")
         assert result.returncode not in (0,), result.tail()
         assert "TransactionAbortedError" in result.stderr, result.tail()
-        before = [i for ids in self.input_ids()[:CRASH_BATCH] for i in ids]
+        before = self.ids_of_batches(CRASH_BATCH)
         assert sorted(self.visible_ids(workdir)) == sorted(before)
         self.run_to_completion(spec)
         assert_exactly_once(self.visible_ids(workdir), expected)

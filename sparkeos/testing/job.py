@@ -92,6 +92,24 @@ def plain_file_writer(path: str, format: str = "parquet") -> Callable[[Any, int]
     return write
 
 
+def crash_after_write(write: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
+    """A plain foreachBatch function that dies as ``SPARKEOS_FAULT`` says.
+
+    Plain writers have no protocol points: any fault kills the driver right after the
+    named batch was written, before Spark records it, so the restart writes it again.
+    """
+    from sparkeos.core.faults import FaultPlan
+
+    fault = FaultPlan.from_env()
+
+    def batch_fn(batch_df: Any, batch_id: int) -> None:
+        write(batch_df, batch_id)
+        if fault.point and fault.batch_id in (None, batch_id):
+            os._exit(CRASH_EXIT_CODE)
+
+    return batch_fn
+
+
 def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 300.0,
                     env: dict[str, str] | None = None) -> JobResult:
     """Run the job in a child process (own process group, killed whole afterwards)."""
@@ -142,7 +160,6 @@ def main(argv: list[str]) -> int:
     with open(argv[0]) as fh:
         spec = JobSpec(**json.load(fh))
     from sparkeos.core.adapter import with_guarantee
-    from sparkeos.core.faults import FaultPlan
     from sparkeos.core.spark import local_session
 
     spark = local_session(f"sparkeos-job-{spec.name}", spec.master, spec.spark_conf)
@@ -154,12 +171,7 @@ def main(argv: list[str]) -> int:
     target = factory(**spec.sink.get("kwargs", {}))
     batch_fn: Callable[[Any, int], None]
     if spec.mode == "plain":
-        fault = FaultPlan.from_env()
-
-        def batch_fn(batch_df: Any, batch_id: int) -> None:
-            target(batch_df, batch_id)
-            if fault.point and fault.batch_id in (None, batch_id):
-                os._exit(CRASH_EXIT_CODE)
+        batch_fn = crash_after_write(target)
     else:
         batch_fn = with_guarantee(target, spec.name, spec.mode)
     query = (df.writeStream.foreachBatch(batch_fn)

@@ -18,8 +18,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sparkeos.core.faults import CRASH_EXIT_CODE
-from sparkeos.testing.job import JobResult, run_spec_process
+from sparkeos.testing.job import JobResult, crash_after_write, run_spec_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -54,7 +53,6 @@ def main(argv: list[str]) -> int:
     from sparkeos.connectors.kafka import KafkaSink, kafka_source, spark_kafka_jars
     from sparkeos.connectors.kafka.plain import plain_foreachbatch_writer
     from sparkeos.core.adapter import exactly_once
-    from sparkeos.core.faults import FaultPlan
     from sparkeos.core.spark import local_session
 
     spark = local_session("sparkeos-kafka-job", "local[2]",
@@ -67,13 +65,8 @@ def main(argv: list[str]) -> int:
     ).selectExpr("CAST(id_text AS BIGINT) AS id", "payload")
     batch_fn: Any
     if spec.mode == "plain":
-        write = plain_foreachbatch_writer(spec.bootstrap, spec.output_topic)
-        fault = FaultPlan.from_env()
-
-        def batch_fn(batch_df: Any, batch_id: int) -> None:
-            write(batch_df, batch_id)
-            if fault.point and fault.batch_id in (None, batch_id):
-                os._exit(CRASH_EXIT_CODE)
+        batch_fn = crash_after_write(
+            plain_foreachbatch_writer(spec.bootstrap, spec.output_topic))
     elif spec.sink == "postgres":
         from sparkeos.connectors.jdbc import PostgresSink
 
