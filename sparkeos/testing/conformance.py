@@ -20,6 +20,7 @@ subclass, so an unexpected pass is reported too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from typing import Any
@@ -32,7 +33,7 @@ from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import ALL_POINTS, DRIVER_POINTS, FaultPlan, InjectedCrash
 from sparkeos.core.protocol import TransactionalSink
 
-from .inprocess import ID_SCHEMA, ListRunner, id_batch
+from .inprocess import ID_SCHEMA, ListRunner, id_batch, run_uncommitted
 from .job import JobResult, JobSpec, load_factory, run_job_process, write_input
 
 BEFORE_DECISION = ("after_begun", "after_all_prepared", "kill_driver_after_first_prepare")
@@ -198,16 +199,12 @@ class ConnectorConformance:
         """Every crash point, simulated in process against the real destination."""
         sink, coord = self.in_process_coordinator(workdir)
         plan = [[[1, 2], [3]], [[4], [5, 6]], [[7], [8]]]
-        done = 0
+        spark_committed: list[int] = []
         for faults in (FaultPlan(point, 1, simulate=True), None):
             coord = Coordinator(sink, CoordinatorConfig(name="inproc"), coord.log, "inprocessq",
                                 faults)
-            try:
-                while done < len(plan):
-                    coord.run_batch(done, ListRunner(plan[done]))
-                    done += 1
-            except InjectedCrash:
-                continue
+            with contextlib.suppress(InjectedCrash):  # the process died; restart it
+                run_uncommitted(coord, plan, spark_committed)
         assert_exactly_once(self.visible_ids(workdir), list(range(1, 9)))
 
     def test_commit_is_idempotent(self, workdir: str) -> None:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from sparkeos.core.commitlog import Store
 from sparkeos.core.coordinator import TaskFunction, TaskResult
 from sparkeos.core.faults import InjectedTaskFailure
+
+
+class BatchRunnerTarget(Protocol):
+    def run_batch(self, batch_id: int, runner: Any) -> Any: ...
+
 
 ID_SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 _RUNS = itertools.count()
@@ -71,6 +76,17 @@ class ListRunner(ArrowRunner):
 
     def __init__(self, partitions: list[list[int]], max_attempts: int = 2) -> None:
         super().__init__([id_batch(ids) for ids in partitions], max_attempts, ID_SCHEMA)
+
+
+def run_uncommitted(coordinator: BatchRunnerTarget, plan: Sequence[list[list[int]]],
+                    spark_committed: list[int]) -> None:
+    """Run the batches of ``plan`` Spark has not committed yet, as a (re)started query
+    does; ``spark_committed`` plays Spark's own commit log and grows as batches end."""
+    for batch_id, partitions in enumerate(plan):
+        if batch_id in spark_committed:
+            continue
+        coordinator.run_batch(batch_id, ListRunner(partitions))
+        spark_committed.append(batch_id)
 
 
 class MemoryStore(Store):

@@ -14,6 +14,7 @@ from sparkeos.core.errors import (
     TransactionAbortedError,
 )
 from sparkeos.core.faults import DRIVER_POINTS, TASK_POINTS, FaultPlan, InjectedCrash
+from sparkeos.testing.inprocess import run_uncommitted
 from tests.support.memory import (
     ListRunner,
     MemorySink,
@@ -36,13 +37,8 @@ def coordinator(system: MemorySystem, log: CommitLog, faults: FaultPlan | None =
 
 def run_query(system: MemorySystem, log: CommitLog, faults: FaultPlan | None,
               spark_committed: list[int], sink_class: type[MemorySink] = MemorySink) -> None:
-    """Run the batches Spark has not committed yet, as a restarted query would."""
-    coord = coordinator(system, log, faults, sink_class=sink_class)
-    for batch_id, partitions in enumerate(BATCHES):
-        if batch_id in spark_committed:
-            continue
-        coord.run_batch(batch_id, ListRunner(partitions))
-        spark_committed.append(batch_id)
+    run_uncommitted(coordinator(system, log, faults, sink_class=sink_class), BATCHES,
+                    spark_committed)
 
 
 def test_happy_path_writes_every_row_once(tmp_path):

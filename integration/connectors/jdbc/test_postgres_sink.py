@@ -43,6 +43,7 @@ from sparkeos.core.errors import (
 from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
 from sparkeos.core.protocol import TxnState
 from sparkeos.core.txpool import TransactionPool
+from sparkeos.testing.inprocess import run_uncommitted
 
 BATCHES = [[[1, 2], [3]], [[4], [5, 6]], [[7, 8, 9], []], [[10], [11]]]
 ALL_IDS = list(range(1, 12))
@@ -50,13 +51,7 @@ ALL_IDS = list(range(1, 12))
 
 def run_query(sink: PostgresSink, log: Any, names: Names, faults: FaultPlan | None,
               spark_committed: list[int]) -> None:
-    """Run the batches Spark has not committed yet, as a (re)started query would."""
-    coord = coordinator(sink, log, names, faults)
-    for batch_id, partitions in enumerate(BATCHES):
-        if batch_id in spark_committed:
-            continue
-        coord.run_batch(batch_id, ids_runner(partitions))
-        spark_committed.append(batch_id)
+    run_uncommitted(coordinator(sink, log, names, faults), BATCHES, spark_committed)
 
 
 def test_happy_path_writes_every_row_exactly_once(pg_server, names, admin):
