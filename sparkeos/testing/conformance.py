@@ -165,7 +165,8 @@ class ConnectorConformance:
             pytest.skip("connector gives no plain writer to compare with")
         expected = self.prepare_input(workdir)
         spec = self.job(workdir, mode="plain", sink=plain)
-        assert self.run(spec, fault=f"after_finished@{CRASH_BATCH}").crashed
+        crashed = self.run(spec, fault=f"after_finished@{CRASH_BATCH}")
+        assert crashed.crashed, f"the plain job did not crash as planned:\n{crashed.tail()}"
         self.run_to_completion(spec)
         visible = self.visible_ids(workdir)
         assert set(visible) == set(expected)
