@@ -4,6 +4,7 @@ from .adapter import ForeachBatchAdapter, at_least_once, exactly_once, with_guar
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import BatchRunner, Coordinator
 from .errors import (
+    AttemptFencedError,
     CommitLogError,
     ConfigurationError,
     DataLossError,
@@ -15,9 +16,11 @@ from .errors import (
 )
 from .observe import BatchMetrics, enable_json_logging
 from .protocol import CommitLocation, Receipt, Transaction, TransactionalSink, TxnState
-from .txpool import TransactionPool
+from .txpool import AttemptRange, TransactionPool
 
 __all__ = [
+    "AttemptFencedError",
+    "AttemptRange",
     "BatchMetrics",
     "BatchRunner",
     "CommitLocation",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +14,7 @@ from typing import Any
 from .commitlog import CommitLog, open_store, sink_log_location
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
-from .errors import TransactionIdCollisionError
+from .errors import ConfigurationError, TransactionIdCollisionError
 from .faults import FaultPlan
 from .observe import BatchMetrics
 from .protocol import TransactionalSink
@@ -19,6 +22,28 @@ from .spark import SparkBatchRunner, require_durable_checkpoint, running_query
 from .txpool import query_key_for
 
 MetricsCallback = Callable[[BatchMetrics], None]
+
+_NAME_CLAIMS: dict[tuple[str, str], str] = {}
+_NAME_CLAIMS_LOCK = threading.Lock()
+
+
+def claim_sink_name(query_run: str, log_location: str, owner: str, sink: str) -> None:
+    """Refuse a second adapter that writes the same commit log in the same query run.
+
+    Two sinks given the same name in one query share one commit log: the second would
+    find the first one's ``decided(N)`` and silently write nothing. ``owner`` is the
+    adapter's own token; ``query_run`` is Spark's run ID (a restart is a new run)."""
+    with _NAME_CLAIMS_LOCK:
+        holder = _NAME_CLAIMS.setdefault((query_run, log_location), owner)
+    if holder != owner:
+        raise ConfigurationError(
+            f"two sinks of this query are both named {sink!r}: they would share the commit "
+            f"log at {log_location}, and the second would take the first one's batches for "
+            "its own and write nothing",
+            sink=sink,
+            fix="give every exactly_once()/at_least_once() call of one query its own name= "
+            "(e.g. 'orders-eu' and 'orders-us'); nothing of this sink was written",
+        )
 
 
 class ForeachBatchAdapter:
@@ -38,7 +63,9 @@ class ForeachBatchAdapter:
         self.on_batch = on_batch
         self.metrics: deque[BatchMetrics] = deque(maxlen=100)
         self._coordinator: Coordinator | None = None
-        self._query_id: str | None = None
+        self._run_key: tuple[str | None, str | None] | None = None
+        self._lease_renewed = 0.0
+        self._token = uuid.uuid4().hex
         self._lock = threading.Lock()
 
     @property
@@ -52,17 +79,18 @@ class ForeachBatchAdapter:
     def __call__(self, df: Any, batch_id: int) -> None:
         with self._lock:
             coordinator = self._coordinator_for(df)
+            self._renew_lease(coordinator)
             metrics = coordinator.run_batch(int(batch_id), SparkBatchRunner(df))
         self.metrics.append(metrics)
         if self.on_batch is not None:
             self.on_batch(metrics)
 
     def _coordinator_for(self, df: Any) -> Coordinator:
-        query_id, checkpoint = running_query(df)
-        if self._coordinator is not None and query_id == self._query_id:
+        query_id, run_id, checkpoint = running_query(df)
+        if self._coordinator is not None and (query_id, run_id) == self._run_key:
             return self._coordinator
         # A new query run (or the first batch): rebuild and recover from the log.
-        self._query_id = query_id
+        self._run_key = (query_id, run_id)
         faults = FaultPlan.from_env()
         if self.config.guarantee is not Guarantee.EXACTLY_ONCE:
             key = query_key_for(query_id or f"adhoc:{self.name}")
@@ -73,9 +101,23 @@ class ForeachBatchAdapter:
         )
         identity = query_id or f"checkpoint:{location}"
         log = CommitLog(open_store(sink_log_location(location, self.name), df.sparkSession))
+        claim_sink_name(run_id or identity, log.location, self._token, self.name)
         key = self._claim_log(log, identity)
         self._coordinator = Coordinator(self.sink, self.config, log, key, faults)
+        self._lease_renewed = 0.0
         return self._coordinator
+
+    def _renew_lease(self, coordinator: Coordinator) -> None:
+        """Tell operator commands the query is running (they refuse to act while the
+        lease is fresh). Renewed at most every tenth of its lifetime."""
+        log = coordinator.log
+        now = time.time()
+        if log is None or now - self._lease_renewed < self.config.lease_ttl_s / 10:
+            return
+        query_id, run_id = self._run_key or (None, None)
+        log.write_lease({"query_id": query_id, "run_id": run_id, "host": socket.gethostname(),
+                         "pid": os.getpid(), "renewed": now, "ttl_s": self.config.lease_ttl_s})
+        self._lease_renewed = now
 
     def _claim_log(self, log: CommitLog, query_identity: str) -> str:
         """Check (or record) that this log belongs to this query and this destination."""

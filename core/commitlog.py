@@ -2,13 +2,20 @@
 
 Per sink, a directory ``<checkpointLocation>/sparkeos/<sink name>/`` holds one small
 JSON file per record. Every record is written to a temporary name, made durable
-and renamed into place, so a reader sees a record whole or not at all. Records are
-write-once; the state of a batch is the set of its records:
+and linked into place, so a reader sees a record whole or not at all. Records are
+write-once (creating one that exists fails), so two processes racing to write the
+same record cannot both succeed; the state of a batch is the set of its records:
 
-``begun.<attempt>``   the IDs of batch N's transactions may now exist
-``aborted.<attempt>`` every transaction of that attempt was rolled back
-``decided``           every participant prepared; N must be committed
-``finished``          every participant of N is committed
+``begun.<run>``    run ``run`` (a batch attempt) starts: every transaction ID its task
+                   attempts may use is now a function of this record
+``outcome.<run>``  the one outcome of that run, first writer wins: ``decided`` (every
+                   participant prepared; N must be committed, with the receipts) or
+                   ``aborted`` (nothing of the run may ever be committed)
+``finished``       every participant of the decided run is committed
+
+Beside the records: ``sink.json`` (what the log belongs to), ``lease.json`` (the
+running query renews it every batch; operator commands refuse to act while it is
+fresh) and ``last-error.json``.
 
 Stores: ``LocalStore`` (POSIX paths, ``file:`` URIs) and ``HadoopStore`` (any
 Hadoop-compatible URI Spark's own checkpoint can use, through the JVM of the
@@ -27,12 +34,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from .errors import CommitLogError
+from .errors import CommitLogError, RecordExistsError
 
-BEGUN, ABORTED, DECIDED, FINISHED = "begun", "aborted", "decided", "finished"
-_KINDS = (BEGUN, ABORTED, DECIDED, FINISHED)
-_RECORD = re.compile(r"^(\d{20})\.(begun|aborted|decided|finished)(?:\.(\d+))?\.json$")
+BEGUN, OUTCOME, FINISHED = "begun", "outcome", "finished"
+DECIDED, ABORTED = "decided", "aborted"
+"""The two values of an outcome record."""
+_KINDS = (BEGUN, OUTCOME, FINISHED)
+_RECORD = re.compile(r"^(\d{20})\.(begun|outcome|finished)(?:\.(\d+))?\.json$")
 META = "sink.json"
+LEASE = "lease.json"
 LAST_ERROR = "last-error.json"
 
 
@@ -49,7 +59,7 @@ class Store(ABC):
 
     @abstractmethod
     def write_new(self, name: str, data: bytes) -> None:
-        """Durably create ``name``; fail if it exists."""
+        """Durably create ``name``; raise ``RecordExistsError`` if it exists."""
 
     @abstractmethod
     def replace(self, name: str, data: bytes) -> None:
@@ -98,11 +108,7 @@ class LocalStore(Store):
             # link() fails if the target exists: write-once without a race.
             os.link(tmp, self._path(name))
         except FileExistsError:
-            raise CommitLogError(
-                f"commit-log record {name} already exists in {self.directory}",
-                fix="another process is writing this sink's commit log; run one query per "
-                "checkpointLocation and unique sink names",
-            ) from None
+            raise _exists(name, self.location) from None
         finally:
             os.unlink(tmp)
         self._sync_dir()
@@ -160,13 +166,12 @@ class HadoopStore(Store):
     def write_new(self, name: str, data: bytes) -> None:
         target = self._path(name)
         if self._fs.exists(target):
-            raise CommitLogError(
-                f"commit-log record {name} already exists in {self.location}",
-                fix="run one query per checkpointLocation and unique sink names",
-            )
+            raise _exists(name, self.location)
         tmp = self._write_temp(data)
         if not self._fs.rename(tmp, target):
             self._fs.delete(tmp, False)
+            if self._fs.exists(target):
+                raise _exists(name, self.location)
             raise CommitLogError(
                 f"could not rename a commit-log record into {target.toString()}",
                 fix="check that the checkpoint file system supports atomic rename",
@@ -209,19 +214,50 @@ def open_store(location: str, spark: Any = None) -> Store:
     return HadoopStore(location, spark)
 
 
+def _exists(name: str, location: str) -> RecordExistsError:
+    return RecordExistsError(
+        f"commit-log record {name} already exists in {location}",
+        fix="another process wrote it first (a second driver or `sparkeos recover` on the "
+        "same checkpoint); run one query per checkpointLocation, unique sink names, and "
+        "recover only while the query is stopped",
+    )
+
+
 @dataclass
 class BatchState:
     """Everything the log says about one batch."""
 
     batch_id: int
     begun: dict[int, dict[str, Any]] = field(default_factory=dict)
-    aborted: set[int] = field(default_factory=set)
-    decided: dict[str, Any] | None = None
+    outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
     finished: dict[str, Any] | None = None
 
     @property
     def last_attempt(self) -> int:
+        """The highest run begun (-1 if none)."""
         return max(self.begun, default=-1)
+
+    @property
+    def decided_run(self) -> int | None:
+        for run, outcome in self.outcomes.items():
+            if outcome.get("outcome") == DECIDED:
+                return run
+        return None
+
+    @property
+    def decided(self) -> dict[str, Any] | None:
+        run = self.decided_run
+        return None if run is None else self.outcomes[run]
+
+    @property
+    def aborted(self) -> set[int]:
+        return {r for r, o in self.outcomes.items() if o.get("outcome") == ABORTED}
+
+    @property
+    def open_runs(self) -> list[int]:
+        """Runs that began and have no outcome yet (their tasks may hold prepared state
+        that may still be decided)."""
+        return sorted(r for r in self.begun if r not in self.outcomes)
 
     @property
     def needs_commit(self) -> bool:
@@ -229,13 +265,8 @@ class BatchState:
 
     @property
     def needs_rollback(self) -> bool:
-        """An attempt began, was never decided, and was not rolled back yet."""
-        return (
-            self.decided is None
-            and self.finished is None
-            and self.last_attempt >= 0
-            and self.last_attempt not in self.aborted
-        )
+        """A run began and was neither decided nor aborted."""
+        return bool(self.open_runs)
 
     @property
     def unresolved(self) -> bool:
@@ -252,10 +283,19 @@ class BatchState:
         return "aborted"
 
 
-def record_name(batch_id: int, kind: str, attempt: int | None = None) -> str:
+def parse_record_name(name: str) -> tuple[int, str, int | None] | None:
+    """(batch, kind, run) of a record's file name; None for any other file."""
+    match = _RECORD.match(name)
+    if not match:
+        return None
+    return int(match.group(1)), match.group(2), (
+        int(match.group(3)) if match.group(3) is not None else None)
+
+
+def record_name(batch_id: int, kind: str, run: int | None = None) -> str:
     if kind not in _KINDS:
         raise ValueError(kind)
-    suffix = f".{attempt}" if attempt is not None else ""
+    suffix = f".{run}" if run is not None else ""
     return f"{batch_id:020d}.{kind}{suffix}.json"
 
 
@@ -271,45 +311,60 @@ class CommitLog:
 
     # -- metadata --------------------------------------------------------------------
     def read_meta(self) -> dict[str, Any] | None:
-        if META not in self.store.list_names():
-            return None
-        return self._load(META)
+        return self._load_if_present(META)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         self.store.replace(META, _dump(meta))
+
+    def read_lease(self) -> dict[str, Any] | None:
+        return self._load_if_present(LEASE)
+
+    def write_lease(self, lease: dict[str, Any]) -> None:
+        self.store.replace(LEASE, _dump(lease))
 
     def record_error(self, error: dict[str, Any]) -> None:
         self.store.replace(LAST_ERROR, _dump(error))
 
     def last_error(self) -> dict[str, Any] | None:
-        if LAST_ERROR not in self.store.list_names():
+        return self._load_if_present(LAST_ERROR)
+
+    def _load_if_present(self, name: str) -> dict[str, Any] | None:
+        if name not in self.store.list_names():
             return None
-        return self._load(LAST_ERROR)
+        return self._load(name)
 
     # -- records ---------------------------------------------------------------------
     def append(
-        self, batch_id: int, kind: str, payload: dict[str, Any], attempt: int | None = None
-    ) -> None:
-        body = {"batch_id": batch_id, "kind": kind, "attempt": attempt, **payload}
-        self.store.write_new(record_name(batch_id, kind, attempt), _dump(body))
+        self, batch_id: int, kind: str, payload: dict[str, Any], run: int | None = None
+    ) -> dict[str, Any]:
+        """Create a record; ``RecordExistsError`` if another process created it first."""
+        body = {"batch_id": batch_id, "kind": kind, "run": run, **payload}
+        self.store.write_new(record_name(batch_id, kind, run), _dump(body))
+        return body
+
+    def claim(
+        self, batch_id: int, kind: str, payload: dict[str, Any], run: int | None = None
+    ) -> dict[str, Any]:
+        """Create a record unless one exists; return the record that holds (first
+        writer wins: the caller compares it with what it wanted)."""
+        try:
+            return self.append(batch_id, kind, payload, run)
+        except RecordExistsError:
+            return self._load(record_name(batch_id, kind, run))
 
     def batches(self) -> dict[int, BatchState]:
         states: dict[int, BatchState] = {}
         for name in sorted(self.store.list_names()):
-            match = _RECORD.match(name)
-            if not match:
+            parsed = parse_record_name(name)
+            if parsed is None:
                 continue
-            batch_id, kind = int(match.group(1)), match.group(2)
-            attempt = int(match.group(3)) if match.group(3) is not None else None
+            batch_id, kind, run = parsed
             state = states.setdefault(batch_id, BatchState(batch_id))
-            if kind == ABORTED and attempt is not None:
-                state.aborted.add(attempt)
-                continue
             body = self._load(name)
-            if kind == BEGUN and attempt is not None:
-                state.begun[attempt] = body
-            elif kind == DECIDED:
-                state.decided = body
+            if kind == BEGUN and run is not None:
+                state.begun[run] = body
+            elif kind == OUTCOME and run is not None:
+                state.outcomes[run] = body
             elif kind == FINISHED:
                 state.finished = body
         return states
@@ -319,11 +374,12 @@ class CommitLog:
         for state in states:
             if state.batch_id >= batch_id or state.unresolved:
                 continue
-            for attempt in state.begun:
-                self.store.delete(record_name(state.batch_id, BEGUN, attempt))
-            for attempt in state.aborted:
-                self.store.delete(record_name(state.batch_id, ABORTED, attempt))
-            self.store.delete(record_name(state.batch_id, DECIDED))
+            # begun first, finished last: a crash part-way leaves records that still
+            # read as resolved (never a begun run without its outcome).
+            for run in state.begun:
+                self.store.delete(record_name(state.batch_id, BEGUN, run))
+            for run in state.outcomes:
+                self.store.delete(record_name(state.batch_id, OUTCOME, run))
             self.store.delete(record_name(state.batch_id, FINISHED))
 
     def _load(self, name: str) -> dict[str, Any]:
@@ -334,7 +390,8 @@ class CommitLog:
             raise CommitLogError(
                 f"commit-log record {name} in {self.location} is not valid JSON ({exc})",
                 fix="the file was changed by hand or by another tool; restore it from a "
-                "backup, or inspect it with `sparkeos status`",
+                "backup of the checkpoint, or move the sink's commit-log directory aside if "
+                "the query is to start over",
             ) from None
         if not isinstance(data, dict):
             raise CommitLogError(f"commit-log record {name} is not a JSON object")

@@ -54,6 +54,13 @@ class CoordinatorConfig:
     as Spark's ``spark.sql.streaming.minBatchesToRetain``, default 100, so that any batch
     Spark may re-run is still on record).
     ``commit_parallelism``: driver threads used to commit the participants of a batch.
+    ``task_attempts``: the range of Spark task attempt numbers a batch's phase 1 may use
+    (every attempt number has its own transaction ID; ``begun`` records the range so
+    recovery knows every ID). Keep it above ``spark.task.maxFailures`` plus speculative
+    copies; an attempt outside the range refuses to write (the batch then fails and is
+    re-run, nothing is lost).
+    ``lease_ttl_s``: how long the lease the running query renews every batch keeps
+    ``sparkeos recover`` from acting (without ``--force``).
     """
 
     name: str
@@ -61,6 +68,8 @@ class CoordinatorConfig:
     checkpoint_location: str | None = None
     retain_batches: int = 100
     commit_parallelism: int = 4
+    task_attempts: int = 8
+    lease_ttl_s: float = 300.0
 
     def __post_init__(self) -> None:
         validate_sink_name(self.name)
@@ -75,3 +84,12 @@ class CoordinatorConfig:
             raise ConfigurationError(
                 f"commit_parallelism={self.commit_parallelism} must be >= 1", sink=self.name
             )
+        if not isinstance(self.task_attempts, int) or not 1 <= self.task_attempts <= 256:
+            raise ConfigurationError(
+                f"task_attempts={self.task_attempts!r} must be a whole number from 1 to 256",
+                sink=self.name,
+                fix="keep it above spark.task.maxFailures plus speculative copies (default 8)",
+            )
+        if not self.lease_ttl_s > 0:
+            raise ConfigurationError(f"lease_ttl_s={self.lease_ttl_s} must be > 0",
+                                     sink=self.name)

@@ -2,21 +2,27 @@
 
 The coordinator drives one sink through one micro-batch at a time. It knows nothing
 about Spark: a ``BatchRunner`` runs the per-partition task function somewhere (Spark
-tasks in production, a loop in unit tests) and returns one result per partition.
+tasks in production, a loop in unit tests, a scheduler in the model check) and returns
+the result of one successful attempt per partition.
+
+Only the coordinator rolls back prepared state, and only for runs whose outcome is on
+record (``aborted``, or ``decided`` for every attempt it does not name): a task's
+``abort`` touches its own attempt's writes, never another's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, final
 
 import pyarrow as pa
 
-from .commitlog import ABORTED, BEGUN, DECIDED, FINISHED, BatchState, CommitLog
+from .commitlog import ABORTED, BEGUN, DECIDED, FINISHED, OUTCOME, BatchState, CommitLog
 from .config import CoordinatorConfig, Guarantee
 from .errors import (
     CommitLogError,
@@ -29,12 +35,30 @@ from .errors import (
 )
 from .faults import FaultPlan
 from .observe import BatchMetrics, log_event
-from .protocol import CommitLocation, Receipt, Transaction, TransactionalSink
-from .txpool import TransactionPool
+from .protocol import CommitLocation, Receipt, TransactionalSink
+from .txpool import AttemptRange, Transaction, TransactionPool
 
 TaskResult = dict[str, Any]
-TaskFunction = Callable[[int, int, str, Iterator[pa.RecordBatch]], TaskResult]
-"""(partition, attempt_number, attempt_token, batches) -> result."""
+
+
+@dataclass(frozen=True)
+class TaskAttempt:
+    """One attempt of a task, as Spark numbers it.
+
+    ``attempt_number`` is ``TaskContext.attemptNumber()``: 0 for the first attempt,
+    then retries and speculative copies. A retried stage numbers its attempts from 0
+    again (PySpark does not expose the stage attempt), so two attempts of different
+    stage attempts may share a transaction ID: ``begin`` claims its ID exclusively,
+    and the later one fails (Spark retries it under the next number). ``token`` is
+    Spark's unique attempt ID, for logs.
+    """
+
+    partition: int
+    attempt_number: int = 0
+    token: str = ""
+
+
+TaskFunction = Callable[[TaskAttempt, Iterator[pa.RecordBatch]], TaskResult]
 
 
 class BatchRunner(Protocol):
@@ -45,7 +69,8 @@ class BatchRunner(Protocol):
     def arrow_schema(self) -> pa.Schema: ...
 
     def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
-        """Run ``task`` once per partition (retries allowed); return every result."""
+        """Run ``task`` once per partition (retries allowed); return one result per
+        partition, from the attempt Spark accepted."""
         ...
 
     def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
@@ -53,19 +78,33 @@ class BatchRunner(Protocol):
         ...
 
 
+def attempt_tag(attempt: TaskAttempt, task_attempts: int) -> int:
+    """The attempt's place in the ID range ``begun`` recorded; refuses one outside it."""
+    if not 0 <= attempt.attempt_number < task_attempts:
+        raise ConfigurationError(
+            f"task attempt {attempt.attempt_number} of partition {attempt.partition} is "
+            f"outside the range recorded for this batch ({task_attempts} attempts); this "
+            "attempt wrote nothing",
+            fix="pass exactly_once(..., task_attempts=N) with N above spark.task.maxFailures "
+            "plus speculative copies; the batch is re-run, nothing is lost",
+        )
+    return attempt.attempt_number
+
+
 @dataclass(frozen=True)
 class PrepareTask:
-    """Phase 1 of one partition, shipped to a task."""
+    """Phase 1 of one task attempt, shipped to a task."""
 
     sink: TransactionalSink[Any]
     pool: TransactionPool
     batch_id: int
+    run: int
     partitions: int
+    task_attempts: int
     faults: FaultPlan
 
-    def __call__(
-        self, partition: int, attempt_number: int, attempt: str, batches: Iterator[pa.RecordBatch]
-    ) -> TaskResult:
+    def __call__(self, attempt: TaskAttempt, batches: Iterator[pa.RecordBatch]) -> TaskResult:
+        partition = attempt.partition
         if not 0 <= partition < self.partitions:
             raise CommitLogError(
                 f"task for partition {partition} ran, but the batch was planned with "
@@ -75,18 +114,29 @@ class PrepareTask:
                 fix="keep the batch DataFrame's partitioning stable between planning and "
                 "execution (e.g. disable AQE partition coalescing for this query)",
             )
-        txn = self.pool.transaction(self.batch_id, partition, attempt)
+        tag = attempt_tag(attempt, self.task_attempts)
+        txn = self.pool.transaction(self.batch_id, partition, self.run, tag)
+        self.faults.before_begin(self.batch_id, partition, attempt.attempt_number)
         started = time.perf_counter()
-        rows = _write_transaction(self.sink, txn, batches)
-        self.faults.task("task_fail_before_prepare", self.batch_id, partition, attempt_number)
-        receipt = self.sink.prepare(rows.handle)
+        written = _write_transaction(self.sink, txn, batches)
+        self.faults.task("task_fail_before_prepare", self.batch_id, partition,
+                         attempt.attempt_number)
+        try:
+            receipt = self.sink.prepare(written.handle)
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.sink.abort(written.handle, txn)
+            raise
         self.faults.task("kill_driver_after_first_prepare", self.batch_id, partition,
-                         attempt_number)
-        self.faults.task("task_fail_after_prepare", self.batch_id, partition, attempt_number)
+                         attempt.attempt_number)
+        self.faults.task("task_fail_after_prepare", self.batch_id, partition,
+                         attempt.attempt_number)
         return {
             "partition": partition,
-            "attempt": attempt,
-            "rows": rows.count,
+            "tag": tag,
+            "attempt": txn.attempt,
+            "spark_attempt": attempt.token,
+            "rows": written.count,
             "receipt": receipt,
             "prepare_ms": (time.perf_counter() - started) * 1000,
         }
@@ -100,15 +150,16 @@ class DirectTask:
     pool: TransactionPool
     batch_id: int
 
-    def __call__(
-        self, partition: int, attempt_number: int, attempt: str, batches: Iterator[pa.RecordBatch]
-    ) -> TaskResult:
-        txn = self.pool.transaction(self.batch_id, partition, attempt)
+    def __call__(self, attempt: TaskAttempt, batches: Iterator[pa.RecordBatch]) -> TaskResult:
+        # No begun record and no recovery: the ID only has to differ between attempts
+        # that may run at once.
+        txn = self.pool.transaction(self.batch_id, attempt.partition, 0,
+                                    attempt.attempt_number)
         started = time.perf_counter()
         written = _write_transaction(self.sink, txn, batches)
         receipt = self.sink.prepare(written.handle)
         self.sink.commit(txn, receipt)
-        return {"partition": partition, "rows": written.count,
+        return {"partition": attempt.partition, "rows": written.count,
                 "prepare_ms": (time.perf_counter() - started) * 1000}
 
 
@@ -151,7 +202,7 @@ def _write_transaction(
                 count += batch.num_rows
     except Exception:
         # The write error is what the user must see; a failing abort is secondary
-        # (the next rollback of this ID cleans up).
+        # (the coordinator's sweep of this ID cleans up).
         with contextlib.suppress(Exception):
             sink.abort(handle, txn)
         raise
@@ -194,6 +245,7 @@ class Coordinator:
         self.faults = faults or FaultPlan()
         self._states: dict[int, BatchState] | None = None
         self._meta: dict[str, Any] | None = None
+        self._swept_all = False
 
     @property
     def name(self) -> str:
@@ -216,29 +268,39 @@ class Coordinator:
             raise
         metrics.total_ms = _ms(started)
         log_event("batch.done", **self._fields(batch_id), outcome=metrics.outcome,
-                  rows=metrics.rows, partitions=metrics.partitions,
+                  run=metrics.run, rows=metrics.rows, partitions=metrics.partitions,
                   prepare_ms=metrics.prepare_ms, decide_ms=metrics.decide_ms,
                   commit_ms=metrics.commit_ms, total_ms=metrics.total_ms)
         return metrics
 
-    def recover(self, runner: BatchRunner | None = None) -> list[dict[str, Any]]:
-        """Finish decided batches, roll back begun-but-undecided ones. Idempotent."""
-        log = self._require_log()
+    def recover(self, runner: BatchRunner | None = None, *,
+                full: bool | None = None) -> list[dict[str, Any]]:
+        """Finish decided batches, abort runs left without an outcome, sweep leftovers.
+
+        Idempotent, and safe beside a live driver: an outcome is written once, so a
+        run this recovery aborts can never be decided, and a decided run is only ever
+        committed. ``full`` (default: on a coordinator's first call) also sweeps every
+        batch still on record, for state that late task attempts prepared after the
+        earlier sweeps.
+        """
         states = self._load_states()
+        full = not self._swept_all if full is None else full
         done: list[dict[str, Any]] = []
         for state in sorted(states.values(), key=lambda s: s.batch_id):
+            for run in state.open_runs:
+                held = self._settle(state, run, {"outcome": ABORTED, "reason": "recovery"})
+                if held.get("outcome") == ABORTED:
+                    log_event("recovery.aborted", **self._fields(state.batch_id), run=run,
+                              partitions=state.begun[run].get("partitions"))
+                    done.append({"batch_id": state.batch_id, "action": "rolled_back"})
+                    if not full:
+                        self._sweep([state])
             if state.needs_commit:
                 self._commit_decided(state, runner, recovering=True)
                 done.append({"batch_id": state.batch_id, "action": "committed"})
-            elif state.needs_rollback:
-                attempt = state.last_attempt
-                partitions = int(state.begun[attempt]["partitions"])
-                self._rollback_all(state.batch_id, partitions, recovering=True)
-                log.append(state.batch_id, ABORTED, {"reason": "recovery"}, attempt)
-                state.aborted.add(attempt)
-                log_event("recovery.rolled_back", **self._fields(state.batch_id),
-                          attempt=attempt, partitions=partitions)
-                done.append({"batch_id": state.batch_id, "action": "rolled_back"})
+        if full:
+            self._sweep(states.values())
+            self._swept_all = True
         return done
 
     def states(self) -> dict[int, BatchState]:
@@ -258,33 +320,37 @@ class Coordinator:
             return
 
         schema = runner.arrow_schema()
-        self._check_schema(batch_id, schema)
+        # The sink judges the schema first: a batch it refuses must not pin anything.
         self.sink.validate(schema)
+        self._check_schema(batch_id, schema)
         partitions = runner.partitions()
         m.partitions = partitions
         if partitions == 0:
-            log.append(batch_id, FINISHED, {"participants": 0, "rows": 0})
-            states[batch_id] = BatchState(batch_id, finished={"participants": 0})
+            state = states.setdefault(batch_id, BatchState(batch_id))
+            state.finished = log.claim(batch_id, FINISHED, {"participants": 0, "rows": 0})
             m.outcome = "committed"
             return
 
         self.pool.check_slot_free(batch_id, [s.batch_id for s in states.values() if s.unresolved])
-        attempt = (state.last_attempt + 1) if state is not None else 0
-        txn_ids = [t.txn_id for t in self.pool.transactions(batch_id, partitions)]
-        begun = {"partitions": partitions, "slot": self.pool.slot_of(batch_id), "txn_ids": txn_ids}
-        log.append(batch_id, BEGUN, begun, attempt)
+        self._sweep_slot(batch_id, states)
+        run = (state.last_attempt + 1) if state is not None else 0
+        m.run = run
+        begun = {"partitions": partitions, "slot": self.pool.slot_of(batch_id),
+                 "tags": self.config.task_attempts}
+        log.append(batch_id, BEGUN, begun, run)
         state = states.setdefault(batch_id, BatchState(batch_id))
-        state.begun[attempt] = begun
+        state.begun[run] = begun
         self.faults.driver("after_begun", batch_id)
 
-        # Phase 1: every task writes and prepares its own transaction.
+        # Phase 1: every task attempt writes and prepares its own transaction.
         t0 = time.perf_counter()
-        task = PrepareTask(self.sink, self.pool, batch_id, partitions, self.faults)
+        task = PrepareTask(self.sink, self.pool, batch_id, run, partitions,
+                           self.config.task_attempts, self.faults)
         try:
             results = runner.run_tasks(task)
-            receipts = self._check_results(batch_id, partitions, results)
+            participants = self._check_results(batch_id, partitions, results)
         except Exception as exc:
-            self._abort_batch(state, attempt, partitions, exc)
+            self._abort_run(state, run, exc)
             raise TransactionAbortedError(
                 f"phase 1 (prepare) failed: {describe_cause(exc)}; every transaction of "
                 "the batch was rolled back",
@@ -298,10 +364,22 @@ class Coordinator:
 
         # The decision: after this record, the batch must be committed.
         t1 = time.perf_counter()
-        decided = {"participants": receipts, "rows": m.rows, "slot": self.pool.slot_of(batch_id)}
-        log.append(batch_id, DECIDED, decided)
-        state.decided = decided
+        decided = {"outcome": DECIDED, "participants": participants, "rows": m.rows,
+                   "slot": self.pool.slot_of(batch_id)}
+        if self._settle(state, run, decided).get("outcome") != DECIDED:
+            self._sweep([state], quiet=True)
+            raise TransactionAbortedError(
+                f"run {run} of the batch was recorded as aborted by another process "
+                "(`sparkeos recover --force`, or a second driver on the same checkpoint) "
+                "before this driver could decide it; nothing of it was committed",
+                sink=self.name, batch_id=batch_id,
+                fix="run one driver per checkpointLocation and `sparkeos recover` only "
+                "while the query is stopped; restart the query and the batch is written "
+                "again",
+            )
         m.decide_ms = _ms(t1)
+        self._record_schema(schema)
+        self.faults.decided(batch_id)
         self.faults.driver("after_decided", batch_id)
 
         # Phase 2.
@@ -335,9 +413,26 @@ class Coordinator:
                 fix="this is a bug in the batch runner; please report it",
             )
         return [
-            {"partition": p, "attempt": by_partition[p]["attempt"],
-             "rows": by_partition[p]["rows"], "receipt": by_partition[p]["receipt"]}
+            {"partition": p, "tag": int(by_partition[p]["tag"]),
+             "attempt": by_partition[p]["attempt"], "rows": by_partition[p]["rows"],
+             "receipt": by_partition[p]["receipt"]}
             for p in range(partitions)
+        ]
+
+    def _settle(self, state: BatchState, run: int, outcome: dict[str, Any]) -> dict[str, Any]:
+        """Record ``outcome`` for ``run`` unless another process recorded one first;
+        return the outcome that holds."""
+        held = self._require_log().claim(state.batch_id, OUTCOME, outcome, run)
+        state.outcomes[run] = held
+        return held
+
+    def _decided_transactions(self, state: BatchState) -> list[tuple[Transaction, Receipt]]:
+        run = state.decided_run
+        assert run is not None and state.decided is not None
+        return [
+            (self.pool.transaction(state.batch_id, int(p["partition"]), run, int(p["tag"])),
+             p["receipt"])
+            for p in state.decided["participants"]
         ]
 
     def _commit_decided(
@@ -345,11 +440,7 @@ class Coordinator:
     ) -> None:
         log = self._require_log()
         assert state.decided is not None
-        items = [
-            (self.pool.transaction(state.batch_id, int(p["partition"]), str(p["attempt"])),
-             p["receipt"])
-            for p in state.decided["participants"]
-        ]
+        items = self._decided_transactions(state)
         in_tasks = self.sink.commit_location is CommitLocation.TASKS and bool(items)
         commit = CommitTask(self.sink, recovering, self.faults, in_tasks)
         if in_tasks:
@@ -364,14 +455,16 @@ class Coordinator:
             self.faults.driver("after_all_commits", state.batch_id)
         else:
             self._commit_on_driver(commit, items, state.batch_id)
-        finished = {"participants": len(items), "rows": state.decided.get("rows", 0),
-                    "recovered": recovering}
-        log.append(state.batch_id, FINISHED, finished)
-        state.finished = finished
+        state.finished = log.claim(state.batch_id, FINISHED, {
+            "participants": len(items), "rows": state.decided.get("rows", 0),
+            "recovered": recovering})
         if recovering:
             log_event("recovery.committed", **self._fields(state.batch_id),
                       participants=len(items))
         self.faults.driver("after_finished", state.batch_id)
+        # The batch is committed whatever happens here; leftovers a failing sweep leaves
+        # are swept again when the slot is reused and on the next recovery.
+        self._sweep([state], quiet=True)
 
     def _commit_on_driver(
         self, commit: CommitTask, items: list[tuple[Transaction, Receipt]], batch_id: int
@@ -391,24 +484,49 @@ class Coordinator:
                     list(ex.map(commit, rest))
         self.faults.driver("after_all_commits", batch_id)
 
-    def _rollback_all(self, batch_id: int, partitions: int, *, recovering: bool) -> None:
-        for txn in self.pool.transactions(batch_id, partitions):
-            if recovering:
-                self.sink.recover_rollback(txn)
-            else:
-                self.sink.rollback(txn)
-
-    def _abort_batch(
-        self, state: BatchState, attempt: int, partitions: int, cause: BaseException
-    ) -> None:
-        log = self._require_log()
-        log_event("batch.aborting", **self._fields(state.batch_id), attempt=attempt,
+    def _abort_run(self, state: BatchState, run: int, cause: BaseException) -> None:
+        log_event("batch.aborting", **self._fields(state.batch_id), run=run,
                   cause=describe_cause(cause))
-        # If the rollback itself fails, the begun record stays unresolved and the next
-        # run (or `sparkeos recover`) rolls back again: nothing is decided, so no loss.
-        self._rollback_all(state.batch_id, partitions, recovering=False)
-        log.append(state.batch_id, ABORTED, {"reason": describe_cause(cause)}, attempt)
-        state.aborted.add(attempt)
+        held = self._settle(state, run, {"outcome": ABORTED, "reason": describe_cause(cause)})
+        if held.get("outcome") == ABORTED:
+            # The cause is what the user must see, not a failing sweep.
+            self._sweep([state], quiet=True)
+
+    # -- sweeping ---------------------------------------------------------------------------
+    def _sweep(self, states: Iterable[BatchState], *, quiet: bool = False) -> None:
+        """Roll back every transaction ID of the given batches that can never be
+        committed: every run with an outcome, except the decided attempts.
+
+        ``quiet``: log a failure instead of raising it (where the batch's fate is
+        already settled; the next sweep of the same IDs tries again)."""
+        ranges: list[AttemptRange] = []
+        keep: set[str] = set()
+        for state in states:
+            for run, begun in state.begun.items():
+                if run not in state.outcomes:
+                    continue  # no outcome yet: it may still be decided
+                ranges.append(AttemptRange(
+                    self.pool.query_key, self.name, state.batch_id, run,
+                    int(begun["partitions"]), int(begun.get("tags", 1))))
+            if state.decided is not None:
+                keep.update(txn.txn_id for txn, _ in self._decided_transactions(state))
+        if not ranges:
+            return
+        try:
+            self.sink.sweep(ranges, frozenset(keep))
+        except Exception as exc:
+            if not quiet:
+                raise
+            batches = sorted({r.batch_id for r in ranges})
+            log_event("sweep.failed", logging.WARNING, query=self.pool.query_key,
+                      sink=self.name, batches=batches, cause=describe_cause(exc))
+
+    def _sweep_slot(self, batch_id: int, states: dict[int, BatchState]) -> None:
+        """Before a batch reuses a slot, sweep the batch that used it before: late
+        attempts of that batch may have prepared after its own sweep."""
+        previous = states.get(batch_id - 2)
+        if previous is not None and not previous.unresolved:
+            self._sweep([previous])
 
     # -- at-least-once / none ---------------------------------------------------------------
     def _run_direct(self, batch_id: int, runner: BatchRunner, m: BatchMetrics) -> None:
@@ -431,18 +549,15 @@ class Coordinator:
             self._states = self._require_log().batches()
         return self._states
 
-    def _check_schema(self, batch_id: int, schema: pa.Schema) -> None:
-        log = self._require_log()
+    def _recorded_meta(self) -> dict[str, Any]:
         if self._meta is None:
-            self._meta = log.read_meta() or {}
-        meta = self._meta
-        recorded = meta.get("schema")
-        current = [[f.name, str(f.type)] for f in schema]
-        if recorded is None:
-            meta["schema"] = current
-            log.write_meta(meta)
-            return
-        if recorded == current or self.sink.accepts_schema_change:
+            self._meta = self._require_log().read_meta() or {}
+        return self._meta
+
+    def _check_schema(self, batch_id: int, schema: pa.Schema) -> None:
+        recorded = self._recorded_meta().get("schema")
+        current = _schema_fields(schema)
+        if recorded is None or recorded == current or self.sink.accepts_schema_change:
             return
         before = {name: typ for name, typ in recorded}
         after = {name: typ for name, typ in current}
@@ -451,12 +566,22 @@ class Coordinator:
         changes += [f"{n}:{before[n]}->{t}" for n, t in after.items()
                     if n in before and before[n] != t]
         raise SchemaMismatchError(
-            "the batch's schema differs from the schema this sink was started with: "
+            "the batch's schema differs from the schema this sink has committed: "
             + (", ".join(changes) or "column order changed"),
             sink=self.name, batch_id=batch_id,
             fix="select/cast the DataFrame back to the recorded schema, or write the new "
             "schema under a new sink name; nothing of this batch was written",
         )
+
+    def _record_schema(self, schema: pa.Schema) -> None:
+        """Pin the schema once a batch with it is decided (never before: a batch the sink
+        refused, or one that failed, must not make the corrected query look changed)."""
+        meta = self._recorded_meta()
+        if "schema" in meta:
+            return
+        meta.update(self._require_log().read_meta() or {})
+        meta["schema"] = _schema_fields(schema)
+        self._require_log().write_meta(meta)
 
     def _purge(self, batch_id: int) -> None:
         keep_from = batch_id - self.config.retain_batches
@@ -479,3 +604,7 @@ class Coordinator:
 
     def _fields(self, batch_id: int) -> dict[str, Any]:
         return {"query": self.pool.query_key, "sink": self.name, "batch": batch_id}
+
+
+def _schema_fields(schema: pa.Schema) -> list[list[str]]:
+    return [[f.name, str(f.type)] for f in schema]

@@ -7,9 +7,14 @@
                                 the query re-runs the batch, nothing is lost.
     ``TransactionAbortedError`` a batch failed before its decision; every transaction
                                 of it was rolled back; a restart writes it again.
+    ``AttemptFencedError``      this task attempt lost to another attempt of the same
+                                task (or its batch is already settled); Spark
+                                discards it, nothing of it becomes visible.
     ``CommitLogError``          the durable commit log is unreadable or owned by
                                 another query; operator action needed.
         ``TransactionIdCollisionError``
+        ``RecordExistsError``   a write-once record was written by someone else first.
+        ``QueryRunningError``   the query holds the commit log's lease.
     ``DataLossError``           a decided transaction can no longer be committed.
                                 Never swallowed: the query stops.
 
@@ -85,8 +90,23 @@ class TransactionAbortedError(SparkEOSError):
     """Phase 1 failed; every transaction of the batch was rolled back."""
 
 
+class AttemptFencedError(SparkEOSError):
+    """A task attempt found that another attempt owns its partition's outcome.
+
+    Raised in tasks only: a speculative copy or a zombie that lost. Spark keeps the
+    winning attempt's result; nothing this attempt wrote can become visible."""
+
+
 class CommitLogError(SparkEOSError):
     """The commit log is unreadable, inconsistent or belongs to another query."""
+
+
+class RecordExistsError(CommitLogError):
+    """A write-once commit-log record already exists (another process wrote it)."""
+
+
+class QueryRunningError(CommitLogError):
+    """An operator command found the query's lease fresh: the query is running."""
 
 
 class TransactionIdCollisionError(CommitLogError):

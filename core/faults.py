@@ -14,7 +14,19 @@ Driver points kill the driver process (``os._exit``), as a power cut would: no
   partition 0 kills the driver (for driver-committing sinks it is a driver point);
 * ``task_fail_before_prepare`` / ``task_fail_after_prepare``: the first attempt of
   partition 0's task dies (its worker exits), so Spark retries it (or fails the
-  job if the master allows no retries) with the same transaction ID.
+  job if the master allows no retries) under a new attempt ID.
+
+Speculation scenarios (for a cluster with ``spark.speculation=true``) hold the first
+attempt of partition 0 back until Spark launched a speculative copy, without timing:
+the attempts and the driver leave signal files in ``$SPARKEOS_FAULT_DIR`` and wait for
+each other's:
+
+* ``speculate_copy_wins``: the original waits, before ``begin``, until the driver
+  recorded the batch's decision (which the copy's result made possible), then goes on
+  as a zombie if Spark has not killed it;
+* ``speculate_original_wins``: the original waits until the copy has started, then
+  writes and prepares; the copy waits until the batch is decided, then goes on as a
+  zombie if Spark has not killed it.
 """
 
 from __future__ import annotations
@@ -42,6 +54,12 @@ TASK_POINTS = (
     "task_fail_after_prepare",
 )
 ALL_POINTS = DRIVER_POINTS + TASK_POINTS
+SPECULATION_POINTS = ("speculate_copy_wins", "speculate_original_wins")
+BARRIER_ENV = "SPARKEOS_FAULT_DIR"
+BARRIER_WAIT_S = 300.0
+"""How long an attempt waits for the other attempt's signal. Only a cluster that never
+launches the speculative copy waits this long; the test then fails on its check that
+the copy ran."""
 DRIVER_KILLING_TASK_POINTS = frozenset({"kill_driver_after_first_prepare", "after_first_commit"})
 """Task-side points that kill the driver. ``after_first_commit`` is a driver point for
 sinks that commit on the driver; for sinks that commit in tasks (CommitLocation.TASKS)
@@ -66,6 +84,8 @@ class FaultPlan:
     driver_pid: int = 0
     simulate: bool = False
     """Raise InjectedCrash / InjectedTaskFailure instead of killing processes."""
+    barrier_dir: str = ""
+    """Where speculation scenarios leave their signal files."""
 
     @classmethod
     def from_env(cls) -> FaultPlan:
@@ -73,9 +93,14 @@ class FaultPlan:
         if not spec:
             return cls()
         point, _, batch = spec.partition("@")
-        if point not in ALL_POINTS:
-            raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {ALL_POINTS}")
-        return cls(point, int(batch) if batch else None, os.getpid())
+        known = ALL_POINTS + SPECULATION_POINTS
+        if point not in known:
+            raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {known}")
+        barrier = os.environ.get(BARRIER_ENV, "")
+        if point in SPECULATION_POINTS and not barrier:
+            raise ValueError(f"{ENV_VAR}={spec!r} needs {BARRIER_ENV} (a directory every "
+                             "executor can reach) for its signal files")
+        return cls(point, int(batch) if batch else None, os.getpid(), barrier_dir=barrier)
 
     def _matches(self, point: str, batch_id: int) -> bool:
         return self.point == point and (self.batch_id is None or self.batch_id == batch_id)
@@ -99,3 +124,37 @@ class FaultPlan:
             os.kill(self.driver_pid, signal.SIGKILL)
             time.sleep(60)  # the JVM dies with the driver and takes this worker along
         os._exit(CRASH_EXIT_CODE)
+
+    # -- speculation scenarios ------------------------------------------------------------
+    def _speculating(self, batch_id: int) -> bool:
+        return (not self.simulate and self.point in SPECULATION_POINTS
+                and self._matches(str(self.point), batch_id))
+
+    def before_begin(self, batch_id: int, partition: int, attempt_number: int) -> None:
+        if partition != 0 or not self._speculating(batch_id):
+            return
+        copy = attempt_number > 0
+        self._signal("copy-started" if copy else "original-started")
+        if self.point == "speculate_copy_wins":
+            if not copy:
+                self._wait("decided")
+        elif copy:
+            self._wait("decided")
+        else:
+            self._wait("copy-started")
+
+    def decided(self, batch_id: int) -> None:
+        """The driver recorded the decision of ``batch_id`` (releases the loser)."""
+        if self._speculating(batch_id):
+            self._signal("decided")
+
+    def _signal(self, name: str) -> None:
+        os.makedirs(self.barrier_dir, exist_ok=True)
+        with open(os.path.join(self.barrier_dir, name), "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+
+    def _wait(self, name: str) -> None:
+        path = os.path.join(self.barrier_dir, name)
+        deadline = time.monotonic() + BARRIER_WAIT_S
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)

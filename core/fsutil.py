@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from .errors import ConfigurationError
+from .errors import AttemptFencedError, ConfigurationError
+from .txpool import Transaction
 
 
 def fsync_path(path: str) -> None:
@@ -33,3 +34,19 @@ def require_writable_dir(directory: str, what: str, fix: str) -> None:
             f"{what} is not writable ({exc.strerror})",
             fix=f"{fix}; nothing of this batch was written",
         ) from None
+
+
+def claim_dir(directory: str, txn: Transaction) -> str:
+    """Create ``txn``'s own staging directory; ``AttemptFencedError`` if another attempt
+    holds the same transaction ID (``mkdir`` never succeeds twice)."""
+    os.makedirs(os.path.dirname(directory), exist_ok=True)
+    try:
+        os.mkdir(directory)
+    except FileExistsError:
+        raise AttemptFencedError(
+            f"staging directory {directory} of transaction {txn.txn_id} exists: another "
+            "attempt of this task (a zombie of a retried stage) holds the same ID",
+            sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+            fix="nothing to do: Spark retries this task under the next attempt number",
+        ) from None
+    return directory

@@ -57,6 +57,8 @@ class BatchMetrics:
     batch_id: int
     guarantee: str
     outcome: str = "committed"
+    run: int = 0
+    """The batch attempt (``begun.<run>``): above 0 after a failed or crashed attempt."""
     rows: int = 0
     partitions: int = 0
     prepare_ms: float = 0.0

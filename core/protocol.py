@@ -6,30 +6,47 @@ runs; the order per guarantee is:
 exactly-once (``exactly_once(sink, name=...)``)::
 
     driver   validate(schema)                       once per batch, before anything
-    driver   [commit log: begun(N, partitions, slot)]
-    task p   h = begin(txn_p); write(h, batch)...; receipt_p = prepare(h)
-             (on any error in the task: abort(h), then the error propagates)
-    driver   [commit log: decided(N, receipts)]     the point of no return
-    driver*  commit(txn_p, receipt_p) for every p   (* in tasks if commit_location
-                                                     is TASKS)
+    driver   [commit log: begun(N, run, partitions, attempt range)]
+    task     every attempt of partition p gets its own Transaction (its own txn_id):
+             h = begin(txn); write(h, batch)...; receipt = prepare(h)
+             (on an error in the task: abort(h, txn), then the error propagates)
+    driver   [commit log: outcome(N, run) = decided(one receipt per partition)]
+             the point of no return; one outcome per run, first writer wins
+    driver*  commit(txn, receipt) for every decided attempt   (* in tasks if
+                                                              commit_location is TASKS)
     driver   [commit log: finished(N)]
-    recovery recover_commit(txn, receipt) for decided batches,
-             rollback(txn) for every ID of a begun-but-undecided batch
+    driver   sweep(every run of N, keep=the decided IDs): rolls back what the other
+             attempts of N left (speculative copies, retried tasks, late zombies)
+    recovery decided but not finished: recover_commit(txn, receipt), then finished;
+             begun without an outcome: outcome(N, run) = aborted, then sweep
 
 at-least-once / none::
 
-    task p   h = begin(txn_p); write(h, ...); receipt = prepare(h); commit(txn_p, receipt)
+    task     h = begin(txn); write(h, ...); receipt = prepare(h); commit(txn, receipt)
 
 Rules every implementation must keep (the conformance suite checks them):
 
+* Attempts are concurrent. Spark may run several attempts of one task at once; each
+  has its own ``txn_id``. ``begin``, ``write``, ``prepare`` and ``abort`` touch only
+  their own attempt's state, never another ID's. If the destination serialises
+  attempts (a row lock), ``begin`` may wait or fail; if it can see that this batch's
+  partition is already committed, it may write nothing (and say so in the receipt).
+* ``begin`` claims its ``txn_id`` exclusively: when another attempt already holds the
+  same ID (a zombie of a retried stage, whose attempt numbers restart at 0), ``begin``
+  or ``prepare`` raises ``AttemptFencedError`` and never writes into that attempt's
+  state. Spark retries the task under the next attempt number.
 * ``prepare`` makes the writes durable but invisible; after it returns, ``commit``
   must succeed with only ``txn`` and ``receipt`` in hand, from another process,
   after the writer died.
 * ``commit`` is idempotent: committing an already committed transaction is a no-op.
   If the prepared state is gone and the work is not visible, raise ``DataLossError``.
-* ``rollback`` is idempotent and must accept IDs that were never used.
-* A later ``begin`` of the same transaction ID fences the earlier attempt: nothing
-  the earlier attempt writes afterwards may ever become visible.
+* ``rollback`` undoes whatever exists for ``txn.txn_id``, and only that; it is
+  idempotent and must accept IDs that were never used. Only the coordinator calls it
+  (through ``sweep``), for IDs the commit log says can never be committed.
+* Zombies are fenced by construction: only IDs named by ``decided(N)`` are ever
+  committed, and the sweeps roll back the rest, including state a zombie prepares
+  after its batch was decided or aborted.
+* Receipts are small JSON objects (they are stored in the commit log).
 
 Sinks are pickled to Spark's Python workers: keep connections out of ``__init__``
 (open them lazily) and make configs frozen dataclasses validated at construction.
@@ -40,13 +57,23 @@ from __future__ import annotations
 import dataclasses
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
 from .config import Guarantee
+from .txpool import AttemptRange, Transaction
+
+__all__ = [
+    "AttemptRange",
+    "CommitLocation",
+    "JsonDict",
+    "Receipt",
+    "Transaction",
+    "TransactionalSink",
+    "TxnState",
+]
 
 JsonDict = dict[str, Any]
 Receipt = JsonDict
@@ -70,26 +97,6 @@ class CommitLocation(enum.Enum):
     """The system can commit a prepared transaction by ID from any process."""
     TASKS = "tasks"
     """Commit must run in a Spark task (e.g. it re-publishes staged data)."""
-
-
-@dataclass(frozen=True)
-class Transaction:
-    """One participant's transaction in one batch.
-
-    ``txn_id`` is a deterministic function of (query, sink, partition, slot); the
-    batch and attempt are carried for logging and for connectors that embed them.
-    """
-
-    txn_id: str
-    query_key: str
-    sink: str
-    batch_id: int
-    partition: int
-    slot: int
-    attempt: str = ""
-
-    def describe(self) -> str:
-        return f"{self.txn_id} (batch {self.batch_id}, partition {self.partition})"
 
 
 H = TypeVar("H")
@@ -128,7 +135,9 @@ class TransactionalSink(ABC, Generic[H]):
         """Make the writes durable but not visible; return what commit needs."""
 
     def abort(self, handle: H, txn: Transaction) -> None:
-        """Drop an open (unprepared) transaction after a failure in the task."""
+        """Drop this attempt's writes after a failure in its task (before or after
+        ``prepare``). Defaults to ``rollback(txn)``: ``txn`` is this attempt's own ID,
+        so nothing another attempt wrote is touched."""
         self.rollback(txn)
 
     # -- phase 2 and recovery ------------------------------------------------------------
@@ -138,15 +147,27 @@ class TransactionalSink(ABC, Generic[H]):
 
     @abstractmethod
     def rollback(self, txn: Transaction) -> None:
-        """Undo whatever exists for ``txn.txn_id``. Idempotent; unknown IDs are fine."""
+        """Undo whatever exists for ``txn.txn_id`` (and nothing else). Idempotent;
+        unknown IDs are fine."""
 
     def recover_commit(self, txn: Transaction, receipt: Receipt) -> None:
         """Commit after a restart. Defaults to ``commit``."""
         self.commit(txn, receipt)
 
-    def recover_rollback(self, txn: Transaction) -> None:
-        """Roll back after a restart. Defaults to ``rollback``."""
-        self.rollback(txn)
+    def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
+        """Roll back every transaction of ``ranges`` whose ID is not in ``keep``.
+
+        The coordinator calls it for runs whose outcome is recorded: after a batch is
+        committed or aborted, when its slot is reused, and on recovery. The default
+        calls ``rollback`` for each of the ``partitions x tags`` IDs of every range;
+        override it when the destination can find this sink's leftovers in one call
+        (list a directory, one query) and keep those whose ``pool.parse(id)`` is
+        covered by a range.
+        """
+        for attempt_range in ranges:
+            for txn in attempt_range.transactions():
+                if txn.txn_id not in keep:
+                    self.rollback(txn)
 
     def probe(self, txn: Transaction) -> TxnState:
         """Tell what the external system holds for ``txn`` (used by ``status``)."""

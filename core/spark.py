@@ -10,10 +10,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from .coordinator import TaskFunction, TaskResult
+from .coordinator import TaskAttempt, TaskFunction, TaskResult
 from .errors import ConfigurationError
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+RUN_ID_PROPERTY = "spark.jobGroup.id"
+"""Spark runs every job of a streaming query run in a job group named by its run ID."""
 _RESULT_SCHEMA = "partition long, result string"
 
 
@@ -42,6 +44,11 @@ def local_session(app_name: str = "sparkeos", master: str = "local[2]",
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "false")
         .config("spark.driver.memory", "2g")
     )
+    if master.startswith("spark://127.") or master.startswith("spark://localhost"):
+        # A cluster on this machine's loopback (the tests' standalone cluster): the
+        # executors reach the driver there.
+        builder = (builder.config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -73,8 +80,6 @@ class SparkBatchRunner:
             return to_arrow_schema(self._df.schema)
 
     def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
-        # Task attempt IDs restart with every driver; the application ID makes the
-        # attempt token unique across driver restarts (fencing of zombie attempts).
         app_id = self._df.sparkSession.sparkContext.applicationId
 
         def run_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -82,8 +87,10 @@ class SparkBatchRunner:
 
             ctx = TaskContext.get()
             assert ctx is not None
-            attempt = f"{app_id}-s{ctx.stageId()}-t{ctx.taskAttemptId()}"
-            result = task(ctx.partitionId(), ctx.attemptNumber(), attempt, batches)
+            attempt = TaskAttempt(
+                partition=ctx.partitionId(), attempt_number=ctx.attemptNumber(),
+                token=f"{app_id}-s{ctx.stageId()}-t{ctx.taskAttemptId()}")
+            result = task(attempt, batches)
             yield pa.RecordBatch.from_pylist(
                 [{"partition": ctx.partitionId(), "result": json.dumps(result)}],
                 schema=pa.schema([("partition", pa.int64()), ("result", pa.string())]),
@@ -97,17 +104,18 @@ class SparkBatchRunner:
         return list(sc.parallelize(list(items), len(items)).map(fn).collect())
 
 
-def running_query(df: Any) -> tuple[str | None, str | None]:
-    """(query id, resolved checkpoint root) of the query running this foreachBatch.
+def running_query(df: Any) -> tuple[str | None, str | None, str | None]:
+    """(query id, run id, resolved checkpoint root) of the query running this foreachBatch.
 
-    Spark sets the query ID as a local property of the thread that calls foreachBatch;
-    the query's checkpoint root is read from the JVM. Either may be None when the
-    function runs outside a streaming query.
+    Spark sets the query ID and the run's job group as local properties of the thread
+    that calls foreachBatch; the query's checkpoint root is read from the JVM. Each may
+    be None when the function runs outside a streaming query.
     """
     session = df.sparkSession
     query_id = session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
     if not query_id:
-        return None, None
+        return None, None, None
+    run_id = session.sparkContext.getLocalProperty(RUN_ID_PROPERTY)
     jvm = session.sparkContext._jvm
     for cls in ("org.apache.spark.sql.classic.SparkSession", "org.apache.spark.sql.SparkSession"):
         try:
@@ -119,10 +127,11 @@ def running_query(df: Any) -> tuple[str | None, str | None]:
                 continue
             query = default.get().streams().get(query_id)
             if query is not None:
-                return query_id, str(query.streamingQuery().resolvedCheckpointRoot())
+                return (query_id, run_id,
+                        str(query.streamingQuery().resolvedCheckpointRoot()))
         except Exception:
             continue
-    return query_id, None
+    return query_id, run_id, None
 
 
 def is_temporary_checkpoint(location: str) -> bool:

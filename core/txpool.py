@@ -1,28 +1,102 @@
-"""The two-ID transaction pool (after Jet's TransactionPoolSnapshotUtility).
+"""Transaction IDs: the two-ID pool per participant, and attempt IDs derived from it.
 
-Each participant (query, sink, partition) owns exactly two transaction IDs, one per
-slot; batch N uses slot ``N % 2``. IDs are deterministic, so a restarted query knows
-every ID it may have to commit or roll back without asking the external system to
-list its transactions, and the external system never accumulates more than two
-transactions per participant.
+The pool (after Jet's TransactionPoolSnapshotUtility) gives each participant (query,
+sink, partition) two **participant IDs**, one per slot; batch N uses slot ``N % 2``:
+
+    seos-<query key>-<sink>-p<partition>-s<slot>
+
+A system whose transactional state is keyed by a name that outlives the transaction
+(Kafka's ``transactional.id``) uses the participant ID: it never holds more than two
+names per participant, and every attempt of a participant's commit fences the others.
+
+Phase 1 runs as Spark tasks, and Spark may run several attempts of one task at once
+(speculation, a stage retried while the old stage's tasks still run, a zombie worker).
+So prepared state is keyed by an **attempt ID**, the participant ID plus where the
+attempt stands:
+
+    seos-<query key>-<sink>-p<partition>-s<slot>-b<batch>r<run>a<tag>
+
+``run`` is the batch attempt recorded by ``begun.<run>`` (it grows across driver
+restarts); ``tag`` is Spark's task attempt number within that run, bounded by the range
+``begun`` records. Attempts with different IDs never touch each other's state, and an
+attempt claims its ID exclusively in ``begin`` (a retried stage numbers its attempts
+from 0 again, so a zombie of the old stage attempt may hold the same ID: the later
+one fails and Spark retries it under the next number). So no attempt can undo what
+another prepared, and every ID that any attempt of a run may have used is a function
+of its ``begun`` record (an ``AttemptRange``): recovery rolls back exactly those,
+whatever the partition count of each run, without asking the external system to list
+unknown transactions.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .config import validate_sink_name
 from .errors import CommitLogError
-from .protocol import Transaction
 
 POOL_SIZE = 2
 TXN_PREFIX = "seos"
+_ATTEMPT_SUFFIX = re.compile(r"p(\d+)-s(\d+)-b(\d+)r(\d+)a(\d+)")
 
 
 def query_key_for(query_id: str) -> str:
     """A short, stable key for a query (its Spark ID persists in the checkpoint)."""
     return hashlib.sha256(query_id.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One task attempt's transaction in one batch.
+
+    ``txn_id`` is unique to this attempt; ``participant_id`` is shared by every attempt
+    of the participant in this slot (see the module docstring). ``attempt`` names the
+    attempt (``b<batch>r<run>a<tag>``): never empty, unique across driver restarts.
+    """
+
+    txn_id: str
+    participant_id: str
+    query_key: str
+    sink: str
+    batch_id: int
+    partition: int
+    slot: int
+    run: int
+    tag: int
+
+    @property
+    def attempt(self) -> str:
+        return f"b{self.batch_id}r{self.run}a{self.tag}"
+
+    def describe(self) -> str:
+        return (f"{self.txn_id} (batch {self.batch_id}, partition {self.partition}, "
+                f"attempt {self.attempt})")
+
+
+@dataclass(frozen=True)
+class AttemptRange:
+    """Every transaction ID that one run (batch attempt) of a batch may have used."""
+
+    query_key: str
+    sink: str
+    batch_id: int
+    run: int
+    partitions: int
+    tags: int
+
+    def covers(self, txn: Transaction) -> bool:
+        return (txn.query_key == self.query_key and txn.sink == self.sink
+                and txn.batch_id == self.batch_id and txn.run == self.run
+                and 0 <= txn.partition < self.partitions and 0 <= txn.tag < self.tags)
+
+    def transactions(self) -> Iterator[Transaction]:
+        pool = TransactionPool(self.query_key, self.sink)
+        for partition in range(self.partitions):
+            for tag in range(self.tags):
+                yield pool.transaction(self.batch_id, partition, self.run, tag)
 
 
 @dataclass(frozen=True)
@@ -37,25 +111,41 @@ class TransactionPool:
     def slot_of(batch_id: int) -> int:
         return batch_id % POOL_SIZE
 
-    def txn_id(self, partition: int, slot: int) -> str:
+    @property
+    def prefix(self) -> str:
+        """What every ID of this (query, sink) starts with."""
+        return f"{TXN_PREFIX}-{self.query_key}-{self.sink}-"
+
+    def participant_id(self, partition: int, slot: int) -> str:
         if not 0 <= slot < POOL_SIZE:
             raise ValueError(f"slot {slot} outside the pool of {POOL_SIZE}")
-        return f"{TXN_PREFIX}-{self.query_key}-{self.sink}-p{partition}-s{slot}"
+        return f"{self.prefix}p{partition}-s{slot}"
 
-    def transaction(self, batch_id: int, partition: int, attempt: str = "") -> Transaction:
+    def transaction(self, batch_id: int, partition: int, run: int, tag: int) -> Transaction:
         slot = self.slot_of(batch_id)
+        participant = self.participant_id(partition, slot)
         return Transaction(
-            txn_id=self.txn_id(partition, slot),
+            txn_id=f"{participant}-b{batch_id}r{run}a{tag}",
+            participant_id=participant,
             query_key=self.query_key,
             sink=self.sink,
             batch_id=batch_id,
             partition=partition,
             slot=slot,
-            attempt=attempt,
+            run=run,
+            tag=tag,
         )
 
-    def transactions(self, batch_id: int, partitions: int) -> list[Transaction]:
-        return [self.transaction(batch_id, p) for p in range(partitions)]
+    def parse(self, txn_id: str) -> Transaction | None:
+        """The transaction ``txn_id`` names, if it is an attempt ID of this pool."""
+        if not txn_id.startswith(self.prefix):
+            return None
+        match = _ATTEMPT_SUFFIX.fullmatch(txn_id[len(self.prefix):])
+        if match is None:
+            return None
+        partition, slot, batch_id, run, tag = (int(g) for g in match.groups())
+        txn = self.transaction(batch_id, partition, run, tag)
+        return txn if txn.slot == slot and txn.txn_id == txn_id else None
 
     def check_slot_free(self, batch_id: int, unresolved_batches: list[int]) -> None:
         """Refuse to start ``batch_id`` while another batch still holds its slot."""

@@ -29,3 +29,17 @@ def spark():  # type: ignore[no-untyped-def]
     session = local_session("sparkeos-integration", "local[2]")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster():  # type: ignore[no-untyped-def]
+    """A Spark standalone cluster (master + two workers on distinct loopback addresses),
+    started once per session and stopped at the end if this session started it."""
+    from sparkeos.testing import cluster
+
+    config = cluster.ClusterConfig.default()
+    was_running = cluster.status(config)
+    master = cluster.start(config)
+    yield master
+    if not was_running:
+        cluster.stop(config)

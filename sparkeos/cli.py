@@ -6,15 +6,17 @@ import argparse
 import importlib
 import json
 import os
+import socket
 import sys
+import time
 from typing import Any
 
-from sparkeos.core.commitlog import CommitLog, open_store
+from sparkeos.core.commitlog import BatchState, CommitLog, open_store
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.coordinator import Coordinator
-from sparkeos.core.errors import ConfigurationError, SparkEOSError
-from sparkeos.core.protocol import TransactionalSink
-from sparkeos.core.txpool import TransactionPool
+from sparkeos.core.errors import ConfigurationError, QueryRunningError, SparkEOSError
+from sparkeos.core.protocol import Transaction, TransactionalSink, TxnState
+from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 
 def _sink_logs(checkpoint: str, only: str | None, spark: Any) -> list[tuple[str, CommitLog]]:
@@ -45,15 +47,38 @@ def _rebuild_sink(meta: dict[str, Any], overrides: dict[str, str]) -> Transactio
         ) from None
 
 
-def _probe(meta: dict[str, Any], overrides: dict[str, str], pool: TransactionPool,
-           batch_id: int, partitions: int) -> dict[str, str]:
-    """What the external system holds for each outstanding transaction ID."""
+def _outstanding(pool: TransactionPool, state: BatchState) -> tuple[list[str],
+                                                                   list[Transaction]]:
+    """What recovery will act on: (how to show it, the transactions to probe)."""
+    if state.needs_commit:
+        decided = state.decided or {}
+        txns = [pool.transaction(state.batch_id, int(p["partition"]), int(state.decided_run or 0),
+                                 int(p["tag"])) for p in decided.get("participants", [])]
+        return [t.txn_id for t in txns], txns
+    shown: list[str] = []
+    txns = []
+    for run in state.open_runs:
+        begun = state.begun[run]
+        partitions, tags = int(begun.get("partitions", 0)), int(begun.get("tags", 1))
+        slot = pool.slot_of(state.batch_id)
+        shown += [f"{pool.participant_id(p, slot)}-b{state.batch_id}r{run}a<0-{tags - 1}>"
+                  for p in range(partitions)]
+        txns += list(AttemptRange(pool.query_key, pool.sink, state.batch_id, run, partitions,
+                                  tags).transactions())
+    return shown, txns
+
+
+def _probe(meta: dict[str, Any], overrides: dict[str, str],
+           txns: list[Transaction]) -> dict[str, str]:
+    """What the external system holds for the outstanding IDs (absent ones left out)."""
     try:
         sink = _rebuild_sink(meta, overrides)
     except SparkEOSError as exc:
         return {"error": exc.problem}
     try:
-        return {t.txn_id: sink.probe(t).value for t in pool.transactions(batch_id, partitions)}
+        found = {t.txn_id: sink.probe(t) for t in txns}
+        return {txn_id: held.value for txn_id, held in found.items()
+                if held is not TxnState.ABSENT}
     except Exception as exc:  # status must still print the rest
         return {"error": f"probe failed: {exc}"}
     finally:
@@ -75,16 +100,16 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
                 entry["rows"] = state.decided.get("rows")
                 entry["participants"] = len(state.decided.get("participants", []))
             if state.unresolved and state.begun and pool is not None:
-                begun = state.begun[state.last_attempt]
-                entry["outstanding_txn_ids"] = begun.get("txn_ids", [])
+                shown, txns = _outstanding(pool, state)
+                entry["outstanding_txn_ids"] = shown
                 entry["will"] = "commit" if state.needs_commit else "roll back"
                 if args.probe:
-                    entry["probe"] = _probe(meta, overrides, pool, state.batch_id,
-                                            int(begun.get("partitions", 0)))
+                    entry["probe"] = _probe(meta, overrides, txns)
             batches.append(entry)
         report.append({"sink": name, "type": meta.get("sink_type"),
                        "destination": meta.get("identity"), "query_key": meta.get("query_key"),
-                       "log": log.location, "batches": batches, "last_error": log.last_error()})
+                       "log": log.location, "lease": log.read_lease(), "batches": batches,
+                       "last_error": log.last_error()})
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -92,16 +117,21 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
         print(f"sink {sink['sink']}  ({sink['type']})  query {sink['query_key']}")
         print(f"  destination: {json.dumps(sink['destination'])}")
         print(f"  commit log:  {sink['log']}")
+        if sink["lease"]:
+            print(f"  lease:       {_describe_lease(sink['lease'])}")
         print(f"  {'batch':>8}  {'status':<9} {'attempts':>8} {'rows':>8} {'participants':>12}")
         for b in sink["batches"]:
             print(f"  {b['batch']:>8}  {b['status']:<9} {b['attempts']:>8} "
                   f"{b.get('rows', '-')!s:>8} {b.get('participants', '-')!s:>12}")
-            probed = b.get("probe", {})
+            probed = dict(b.get("probe", {}))
+            error = probed.pop("error", None)
             for txn in b.get("outstanding_txn_ids", []):
-                held = f", destination holds: {probed[txn]}" if txn in probed else ""
+                held = f", destination holds: {probed.pop(txn)}" if txn in probed else ""
                 print(f"            outstanding {txn} (recovery will {b['will']}{held})")
-            if "error" in probed:
-                print(f"            probe: {probed['error']}")
+            for txn, held in probed.items():
+                print(f"            destination holds: {held} {txn}")
+            if error:
+                print(f"            probe: {error}")
         unresolved = [b for b in sink["batches"] if "outstanding_txn_ids" in b]
         print(f"  unresolved batches: {len(unresolved)}"
               + ("  -> run `sparkeos recover`" if unresolved else ""))
@@ -112,6 +142,44 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
     return 0
 
 
+def _describe_lease(lease: dict[str, Any]) -> str:
+    age = time.time() - float(lease.get("renewed", 0))
+    return (f"query {lease.get('query_id')} on {lease.get('host')} (pid {lease.get('pid')}) "
+            f"renewed it {age:.0f} s ago, for {float(lease.get('ttl_s', 0)):.0f} s")
+
+
+def pid_alive(pid: int) -> bool:
+    """Is a process with this PID running on this host?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def check_lease(name: str, log: CommitLog) -> None:
+    """Refuse to act while the query that writes this log is running."""
+    lease = log.read_lease()
+    if not lease:
+        return
+    age = time.time() - float(lease.get("renewed", 0))
+    if age > float(lease.get("ttl_s", 0)):
+        return
+    if lease.get("host") == socket.gethostname() and not pid_alive(int(lease.get("pid", 0))):
+        return  # the driver that renewed it is gone
+    raise QueryRunningError(
+        f"the query holds the lease of this commit log: {_describe_lease(lease)}; "
+        "recovering beside a running query would abort the batch it is writing",
+        sink=name,
+        fix="stop the query first (a restart recovers by itself), or wait until the lease "
+        "expires; if you are sure the query is not running (its driver died on another "
+        "host), pass --force. Even then nothing is lost: a batch recover aborts is written "
+        "again by the query",
+    )
+
+
 def _recover(args: argparse.Namespace, spark: Any) -> int:
     overrides = dict(item.split("=", 1) for item in args.set)
     for name, log in _sink_logs(args.checkpoint, args.sink, spark):
@@ -120,22 +188,34 @@ def _recover(args: argparse.Namespace, spark: Any) -> int:
             print(f"sink {name}: no metadata recorded; nothing to recover")
             continue
         unresolved = [s for s in log.batches().values() if s.unresolved]
-        if not unresolved:
-            print(f"sink {name}: nothing to recover")
-            continue
         if args.dry_run:
             for s in unresolved:
                 print(f"sink {name}: batch {s.batch_id} would be "
                       f"{'committed' if s.needs_commit else 'rolled back'}")
+            if not unresolved:
+                print(f"sink {name}: nothing to recover")
             continue
-        sink = _rebuild_sink(meta, overrides)
+        if not args.force:
+            check_lease(name, log)
+        try:
+            sink = _rebuild_sink(meta, overrides)
+        except SparkEOSError:
+            if unresolved:
+                raise
+            # Nothing to commit or roll back; the leftover sweep needs the sink.
+            print(f"sink {name}: nothing to recover")
+            continue
         coordinator = Coordinator(sink, CoordinatorConfig(name=name), log,
                                   str(meta["query_key"]))
         try:
-            for action in coordinator.recover():
-                print(f"sink {name}: batch {action['batch_id']} {action['action']}")
+            # Also sweeps what late task attempts left behind in finished batches.
+            actions = coordinator.recover(full=True)
         finally:
             sink.close()
+        for action in actions:
+            print(f"sink {name}: batch {action['batch_id']} {action['action']}")
+        if not actions:
+            print(f"sink {name}: nothing to recover")
     return 0
 
 
@@ -162,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("--last", type=int, default=20, help="show the last N batches")
     recover = sub.choices["recover"]
     recover.add_argument("--dry-run", action="store_true")
+    recover.add_argument("--force", action="store_true",
+                         help="act even though the query's lease is fresh (only when you "
+                         "know its driver is gone)")
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["demo"]:

@@ -74,3 +74,40 @@ def test_unknown_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert main(["status", str(tmp_path / "nothing")]) == 2
     assert "no sparkeos sinks" in capsys.readouterr().err
     assert not (tmp_path / "nothing").exists()
+
+
+def test_recover_refuses_while_the_query_holds_its_lease(tmp_path, capsys):
+    """A running query renews a lease; recover beside it would abort the batch it is
+    writing, so it refuses unless --force (which is still safe: one outcome per run)."""
+    import os
+    import socket
+    import time
+
+    ckpt, out = crashed_checkpoint(tmp_path, "after_all_prepared")
+    log = CommitLog(open_store(sink_log_location(ckpt, "files")))
+    log.write_lease({"query_id": "query-1", "host": socket.gethostname(),
+                     "pid": os.getpid(), "renewed": time.time(), "ttl_s": 300})
+    assert main(["status", ckpt]) == 0
+    assert f"(pid {os.getpid()}) renewed it" in capsys.readouterr().out
+    assert main(["recover", ckpt]) == 2
+    err = capsys.readouterr().err
+    assert "QueryRunningError" not in err and "holds the lease" in err and "--force" in err
+    assert log.batches()[1].needs_rollback
+    assert main(["recover", ckpt, "--force"]) == 0
+    assert "batch 1 rolled_back" in capsys.readouterr().out
+    assert not log.batches()[1].unresolved and ids(out) == [1, 2]
+
+
+def test_a_lease_of_a_dead_driver_does_not_block_recover(tmp_path, capsys):
+    import socket
+    import subprocess
+    import time
+
+    ckpt, _ = crashed_checkpoint(tmp_path, "after_decided")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    log = CommitLog(open_store(sink_log_location(ckpt, "files")))
+    log.write_lease({"host": socket.gethostname(), "pid": dead.pid, "renewed": time.time(),
+                     "ttl_s": 300})
+    assert main(["recover", ckpt]) == 0
+    assert "batch 1 committed" in capsys.readouterr().out

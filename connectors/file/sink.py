@@ -1,17 +1,18 @@
 """Exactly-once file sink: JSON Lines or Parquet part files in one directory.
 
-Phase 1: a task writes its part file under a hidden staging directory
-``<path>/.sparkeos-staging/<txn id>/<attempt>/`` and fsyncs it (prepare).
-Phase 2: the driver renames the staged file to its final, deterministic name
-``<path>/part-<query>-<batch>-<partition>.<ext>``. A rename is atomic, and a target
-that already exists means the commit was done before, so commit is idempotent and
-readers never see partial or duplicate files. Rollback deletes the staging directory
-of a transaction ID. Hidden names (leading ``.``) are skipped by Spark, pandas and
-pyarrow readers.
+Phase 1: a task attempt writes its part file under a hidden staging directory of its
+own, ``<path>/.sparkeos-staging/<attempt txn id>/``, and fsyncs it (prepare).
+Phase 2: the driver links the staged file to its final, deterministic name
+``<path>/part-<query>-<sink>-<batch>-<partition>.<ext>``. ``link`` is atomic and never
+replaces an existing file, and a target that already exists means the commit was done
+before, so commit is idempotent and readers never see partial or duplicate files.
+Rollback deletes one attempt's staging directory; the coordinator's sweep deletes
+those of every attempt that can no longer be committed. Hidden names (leading ``.``)
+are skipped by Spark, pandas and pyarrow readers.
 
-Fencing: each task attempt stages under its own attempt directory, and only the
-attempt whose receipt reached ``decided(N)`` is ever renamed into place; files of a
-zombie attempt stay hidden until the next rollback of that transaction ID removes them.
+Concurrent attempts (speculation, zombies) stage under distinct attempt IDs, and only
+the attempt named by ``decided(N)`` is ever linked into place; files of any other
+attempt stay hidden until a sweep removes them.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from __future__ import annotations
 import io
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError, DataLossError
-from sparkeos.core.fsutil import fsync_path, require_writable_dir
+from sparkeos.core.fsutil import claim_dir, fsync_path, require_writable_dir
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 STAGING_DIR = ".sparkeos-staging"
 FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
@@ -87,10 +90,8 @@ class FileSink(TransactionalSink[_Staged]):
 
     # -- phase 1 -------------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Staged:
-        attempt = txn.attempt or "driver"
-        directory = os.path.join(self._txn_dir(txn.txn_id), f"b{txn.batch_id}-{attempt}")
-        os.makedirs(directory, exist_ok=True)
-        return _Staged(txn, directory, self._final_name(txn))
+        return _Staged(txn, claim_dir(self._txn_dir(txn.txn_id), txn),
+                       self._final_name(txn))
 
     def write(self, handle: _Staged, batch: pa.RecordBatch) -> None:
         if handle.writer is None:
@@ -103,14 +104,13 @@ class FileSink(TransactionalSink[_Staged]):
 
     def prepare(self, handle: _Staged) -> Receipt:
         if handle.writer is None:
-            return {"dir": os.path.basename(handle.directory), "file": None, "rows": 0}
+            return {"file": None, "rows": 0}
         handle.writer.close()
         staged = os.path.join(handle.directory, handle.file_name)
         if self.fsync:
             fsync_path(staged)
             fsync_path(handle.directory)
-        return {"dir": os.path.basename(handle.directory), "file": handle.file_name,
-                "rows": handle.rows}
+        return {"file": handle.file_name, "rows": handle.rows}
 
     def abort(self, handle: _Staged, txn: Transaction) -> None:
         if handle.writer is not None:
@@ -124,7 +124,7 @@ class FileSink(TransactionalSink[_Staged]):
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
         name = receipt.get("file")
         if name:
-            staged = os.path.join(self._txn_dir(txn.txn_id), str(receipt["dir"]), name)
+            staged = os.path.join(self._txn_dir(txn.txn_id), name)
             final = os.path.join(self.directory, name)
             if not os.path.exists(final):
                 try:
@@ -148,12 +148,21 @@ class FileSink(TransactionalSink[_Staged]):
     def rollback(self, txn: Transaction) -> None:
         shutil.rmtree(self._txn_dir(txn.txn_id), ignore_errors=True)
 
+    def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
+        """One listing of the staging directory instead of one call per possible ID."""
+        for name in staged_attempts(self.path, ranges):
+            if name not in keep:
+                shutil.rmtree(self._txn_dir(name), ignore_errors=True)
+
     def probe(self, txn: Transaction) -> TxnState:
         directory = self._txn_dir(txn.txn_id)
+        staged = os.path.join(directory, self._final_name(txn))
+        if os.path.exists(staged):
+            return TxnState.PREPARED
+        if os.path.isdir(directory):
+            return TxnState.OPEN
         if os.path.exists(os.path.join(self.directory, self._final_name(txn))):
             return TxnState.COMMITTED
-        if os.path.isdir(directory) and os.listdir(directory):
-            return TxnState.PREPARED
         return TxnState.ABSENT
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -161,7 +170,8 @@ class FileSink(TransactionalSink[_Staged]):
         return os.path.join(self.directory, STAGING_DIR, txn_id)
 
     def _final_name(self, txn: Transaction) -> str:
-        return (f"part-{txn.query_key}-{txn.batch_id:010d}-{txn.partition:05d}"
+        # The sink name keeps two sinks of one query apart in a shared directory.
+        return (f"part-{txn.query_key}-{txn.sink}-{txn.batch_id:010d}-{txn.partition:05d}"
                 f"{FORMATS[self.format]}")
 
     def _open_writer(self, handle: _Staged, schema: pa.Schema) -> Any:
@@ -215,6 +225,24 @@ def _iso_text(column: pa.Array) -> pa.Array:
         text = np.char.add(text, "Z")
     mask = column.is_null().to_numpy(zero_copy_only=False) if column.null_count else None
     return pa.array(text, pa.string(), mask=mask)
+
+
+def staged_attempts(path: str, ranges: Sequence[AttemptRange]) -> list[str]:
+    """The attempt IDs staged under ``path`` that ``ranges`` cover."""
+    if not ranges:
+        return []
+    root = os.path.join(os.path.abspath(path.removeprefix("file://")), STAGING_DIR)
+    pool = TransactionPool(ranges[0].query_key, ranges[0].sink)
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        txn = pool.parse(name)
+        if txn is not None and any(r.covers(txn) for r in ranges):
+            found.append(name)
+    return sorted(found)
 
 
 def committed_files(path: str, format: str = "parquet") -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkeos.core.errors import (
+    AttemptFencedError,
     ConfigurationError,
     RetriableError,
     SchemaMismatchError,
@@ -39,6 +40,9 @@ LOCK_NOT_AVAILABLE = "55P03"
 OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
 OUT_OF_MEMORY = "53200"
 DUPLICATE_OBJECT = "42710"
+UNIQUE_VIOLATION = "23505"
+MARKER_KEY_SUFFIX = "_sparkeos_marker_key"
+"""The marker table's primary key constraint is named ``<table>_sparkeos_marker_key``."""
 INSUFFICIENT_PRIVILEGE = "42501"
 
 _RETRIABLE_CODES = {
@@ -165,6 +169,20 @@ def translate_error(
         "probe": "nothing was changed",
     }[phase]
 
+    if code == DUPLICATE_OBJECT and "transaction identifier" in message:
+        return AttemptFencedError(
+            f"{doing} failed{where}: {message}: another attempt of this task (a zombie of "
+            "a retried stage, which numbers its attempts from 0 again) prepared under the "
+            "same transaction ID", **labels,
+            fix="nothing to do: Spark retries this task under the next attempt number; "
+            "the coordinator rolls back the other attempt's transaction if it never commits",
+        )
+    if code == UNIQUE_VIOLATION and _constraint(exc).endswith(MARKER_KEY_SUFFIX):
+        return AttemptFencedError(
+            f"{doing} failed{where}: another attempt of this task with the same "
+            "transaction ID committed first", **labels,
+            fix="nothing to do: Spark keeps the attempt that committed",
+        )
     if is_connection_error(exc) or code in _RETRIABLE_CODES:
         return RetriableError(
             f"{doing} failed{where}: {message}", **labels,
@@ -181,7 +199,9 @@ def translate_error(
             f"{doing} waited too long for a lock{where}: {message}. Another transaction "
             "holds a row this one needs: usually the same key written by another "
             "partition of this batch (its transaction is prepared and waits for the "
-            "batch's decision), or another writer on the table", **labels,
+            "batch's decision), another attempt of the same task (one that died after "
+            "preparing: the batch is rolled back and re-run), or another writer on the "
+            "table", **labels,
             fix="make keys unique within a batch (e.g. dropDuplicates on the key, or "
             f"repartition by the key), or use mode='upsert'; {after}",
         )
@@ -208,3 +228,8 @@ def translate_error(
         f"{doing} failed{where}: {message}" + (f" [SQLSTATE {code}]" if code else ""),
         **labels, fix=after,
     )
+
+
+def _constraint(exc: BaseException) -> str:
+    diag = getattr(exc, "diag", None)
+    return str(getattr(diag, "constraint_name", "") or "")

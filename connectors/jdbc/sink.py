@@ -1,25 +1,29 @@
 """Exactly-once PostgreSQL sink: two-phase commit with the pool's IDs as gids.
 
-Phase 1, in each Spark task (``mode="transactional"``, the default)::
+Phase 1, in each Spark task attempt (``mode="transactional"``, the default); every
+attempt has its own gid, the attempt's transaction ID::
 
-    begin    end any session still working on this gid (an earlier attempt of the
-             task) and ROLLBACK PREPARED a leftover prepared transaction of it (the
-             fence); BEGIN; upsert the marker row (query, sink, batch, partition)
+    begin    session named after the attempt; BEGIN; insert the attempt's marker row
+             (query, sink, batch, partition, gid), unless a marker shows another
+             attempt already committed the partition (this attempt then writes nothing)
     write    COPY ... FROM STDIN (CSV made by pyarrow), never row by row
-    prepare  PREPARE TRANSACTION '<gid>'; the receipt carries gid, rows and the xid
+    prepare  PREPARE TRANSACTION '<gid>'; the receipt carries rows and the xid
 
-Phase 2, on the driver: ``COMMIT PREPARED '<gid>'`` after checking in
-``pg_prepared_xacts`` that the prepared transaction is the one the receipt names
-(same xid). PostgreSQL answers "does not exist" both for a committed gid and for one
-rolled back behind our back: the marker row, committed atomically with the data,
-tells them apart (present: already committed, a no-op; absent: ``DataLossError``).
+Phase 2, on the driver: ``COMMIT PREPARED '<gid>'`` for the attempt ``decided(N)``
+names, after checking in ``pg_prepared_xacts`` that it is the transaction the receipt
+names (same xid). PostgreSQL answers "does not exist" both for a committed gid and for
+one rolled back behind our back: the marker row, committed atomically with the data,
+tells them apart (it names the gid: already committed, a no-op; absent:
+``DataLossError``). Then the coordinator's sweep ends the sessions and rolls back the
+prepared transactions of every other attempt of the batch (one query each).
 
 What a DBA sees: prepared transactions named ``seos-<query key>-<sink>-p<partition>-
-s<slot>`` (at most two per partition and sink, reused batch after batch), sessions
-named ``sparkeos-<hash of the gid>`` while a task writes, and the marker table (default
-``sparkeos_markers``). A prepared ``seos-...`` transaction left behind is resolved by
-restarting the query or by ``sparkeos recover <checkpointLocation>``; never commit one
-by hand unless the commit log says its batch was decided.
+s<slot>-b<batch>r<run>a<attempt>`` (normally one per partition and sink, between the
+prepare and the commit of a batch), sessions named ``seos-<query key>-<sink hash>-
+<partition>-<batch>-<run>-<attempt>`` while a task writes, and the marker table
+(default ``sparkeos_markers``). A prepared ``seos-...`` transaction left behind is
+resolved by restarting the query or by ``sparkeos recover <checkpointLocation>``;
+never commit one by hand unless the commit log says its batch was decided.
 
 ``mode="upsert"`` is at-least-once and idempotent instead: each task COPYs into a
 temporary table and runs ``INSERT ... SELECT ... ON CONFLICT (key) DO UPDATE`` in one
@@ -37,7 +41,6 @@ in ``prepare``, ``conn.commit_prepared(gid, recover=True)`` in ``commit``,
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import time
@@ -51,19 +54,17 @@ from sparkeos.core.config import Guarantee
 from sparkeos.core.errors import (
     ConfigurationError,
     DataLossError,
-    RetriableError,
     SchemaMismatchError,
     TransactionIdCollisionError,
 )
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.txpool import AttemptRange
 
-from . import arrowpg
+from . import arrowpg, markers, prepared
 from . import dsn as dsn_mod
 from .connections import POOL, discard
 from .errors import (
-    INSUFFICIENT_PRIVILEGE,
-    LOCK_NOT_AVAILABLE,
     UNDEFINED_OBJECT,
     pg_code,
     prepared_limit_error,
@@ -94,6 +95,8 @@ class PgTransaction:
     rows: int = 0
     columns: tuple[str, ...] | None = None
     staged: bool = False
+    skipped: bool = False
+    """Another attempt already committed this (batch, partition): write nothing."""
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,6 @@ class PostgresSink(TransactionalSink[PgTransaction]):
         _VALIDATED[cache_key] = time.monotonic() + VALIDATION_TTL_S
 
     def _validate_on(self, conn: Any, schema: pa.Schema, names: tuple[str, ...]) -> None:
-        from psycopg2 import sql
 
         with conn.cursor() as cur:
             if self.mode == "transactional":
@@ -237,21 +239,7 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             if self.mode == "upsert":
                 self._check_unique_key(cur)
             else:
-                marker = self._ident(self.marker_table)
-                cur.execute("SELECT to_regclass(%s)", (marker.as_string(conn),))
-                if cur.fetchone()[0] is None:
-                    cur.execute(sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {m} ("
-                        " query_key text NOT NULL, sink text NOT NULL,"
-                        " batch_id bigint NOT NULL, \"partition\" integer NOT NULL,"
-                        " txn_id text NOT NULL, attempt text NOT NULL DEFAULT '',"
-                        " committed_at timestamptz NOT NULL DEFAULT now(),"
-                        " PRIMARY KEY (query_key, sink, batch_id, \"partition\"))"
-                    ).format(m=marker))
-                    cur.execute(sql.SQL("COMMENT ON TABLE {m} IS %s").format(m=marker), (
-                        "sparkeos: one row per committed (query, sink, batch, partition) of "
-                        "an exactly-once PostgresSink, written in the same transaction as "
-                        "the data; do not edit",))
+                markers.ensure_table(cur, self._ident(self.marker_table))
 
     def _table_columns(self, conn: Any, cur: Any) -> dict[str, tuple[str, str, str, bool, bool,
                                                                     bool]] | None:
@@ -352,63 +340,54 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                     self.dsn, self.connect_timeout_s,
                     lambda conn: _execute_all(conn, "BEGIN", lock_timeout))
                 return handle
-            handle.conn = POOL.checkout(self.dsn, self.connect_timeout_s,
-                                        lambda conn: self._fence(conn, txn))
+            handle.conn = POOL.checkout(
+                self.dsn, self.connect_timeout_s,
+                lambda conn: _execute(conn, "SET application_name = %s",
+                                      (prepared.session_name(txn),)))
             try:
                 self._begin_on(handle)
             except BaseException:
                 discard(handle.conn)
                 raise
+            if handle.skipped:
+                self._end_session(handle)
         return handle
 
-    def _fence(self, conn: Any, txn: Transaction) -> None:
-        """End every earlier attempt of ``txn.txn_id``: sessions still writing under it
-        are terminated, a prepared transaction under it is rolled back."""
-        with conn.cursor() as cur:
-            cur.execute("SET application_name = %s", (_session_name(txn.txn_id),))
-        self._terminate_writers(conn, txn.txn_id, txn)
-        if self._rollback_prepared(conn, txn, reason="fenced by a new attempt"):
-            log_event("postgres.fenced", logging.WARNING, sink=txn.sink, batch=txn.batch_id,
-                      txn=txn.txn_id, detail="rolled back a prepared transaction left by an "
-                      "earlier attempt")
-
     def _begin_on(self, handle: PgTransaction) -> None:
-        from psycopg2 import sql
-
         txn = handle.txn
         with handle.conn.cursor() as cur:
             cur.execute("BEGIN")
             cur.execute(self._lock_timeout_sql)
-            # The marker row is written first: its row lock serialises attempts of the
-            # same (batch, partition), and it commits atomically with the data.
-            marker = sql.SQL(
-                "INSERT INTO {m} (query_key, sink, batch_id, \"partition\", txn_id, attempt,"
-                " committed_at) VALUES (%s, %s, %s, %s, %s, %s, now())"
-                " ON CONFLICT (query_key, sink, batch_id, \"partition\") DO UPDATE"
-                " SET txn_id = EXCLUDED.txn_id, attempt = EXCLUDED.attempt,"
-                " committed_at = EXCLUDED.committed_at"
-            ).format(m=self._ident(self.marker_table))
-            try:
-                cur.execute(marker, (txn.query_key, txn.sink, txn.batch_id, txn.partition,
-                                     txn.txn_id, txn.attempt))
-            except Exception as exc:
-                if pg_code(exc) != LOCK_NOT_AVAILABLE:
-                    raise
-                raise RetriableError(
-                    f"another attempt of transaction {txn.txn_id} still holds its marker row "
-                    f"in {self.marker_table} after {self.lock_timeout_s:g} s (a task attempt "
-                    "that is still running, or a session the sink could not terminate)",
-                    sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
-                    fix="Spark retries the task; if it keeps failing, look for sessions named "
-                    f"{_session_name(txn.txn_id)} in pg_stat_activity and end them",
-                ) from exc
+            if not markers.claim(cur, self._ident(self.marker_table), txn):
+                # Another attempt of this (batch, partition) committed: this one is a late
+                # zombie or a speculative copy that lost. Nothing to write.
+                handle.skipped = True
+                cur.execute("ROLLBACK")
+                log_event("postgres.attempt_skipped", sink=txn.sink, batch=txn.batch_id,
+                          txn=txn.txn_id, detail="partition already committed by another "
+                          "attempt")
+                return
             cur.execute("SELECT txid_current() % 4294967296")
             handle.xid = int(cur.fetchone()[0])
+
+    def _end_session(self, handle: PgTransaction) -> None:
+        """Hand an idle connection back to the pool under the neutral session name."""
+        conn, handle.conn = handle.conn, None
+        if conn is None:
+            return
+        try:
+            _execute(conn, "RESET application_name")
+        except Exception:
+            discard(conn)
+            return
+        POOL.release(self.dsn, conn)
 
     def write(self, handle: PgTransaction, batch: pa.RecordBatch) -> None:
         from psycopg2 import sql
 
         txn = handle.txn
+        if handle.skipped:
+            return
         with self._db(f"writing {batch.num_rows} rows", txn):
             if handle.columns is None:
                 handle.columns = self._target_names(batch.schema)
@@ -434,6 +413,8 @@ class PostgresSink(TransactionalSink[PgTransaction]):
 
     def prepare(self, handle: PgTransaction) -> Receipt:
         txn = handle.txn
+        if handle.skipped:
+            return {"gid": handle.gid, "rows": 0, "skipped": True}
         try:
             with self._db(f"preparing transaction {handle.gid}", txn), \
                     handle.conn.cursor() as cur:
@@ -442,7 +423,8 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                         cur.execute(self._upsert_sql(handle))
                     cur.execute("COMMIT")
                 else:
-                    self._purge_markers(cur, txn)
+                    markers.purge(cur, self._ident(self.marker_table), txn,
+                                  self.marker_retention)
                     cur.execute("PREPARE TRANSACTION %s", (handle.gid,))
                     cur.execute("RESET application_name")
         except BaseException:
@@ -474,34 +456,28 @@ class PostgresSink(TransactionalSink[PgTransaction]):
         ).format(t=self._ident(self.table), c=cols, k=keys, s=sql.Identifier(STAGE_TABLE),
                  q=sql.Identifier(STAGE_SEQ), a=action)
 
-    def _purge_markers(self, cur: Any, txn: Transaction) -> None:
-        from psycopg2 import sql
-
-        horizon = txn.batch_id - self.marker_retention
-        if txn.partition == 0 and horizon > 0:
-            cur.execute(sql.SQL(
-                "DELETE FROM {m} WHERE query_key = %s AND sink = %s AND batch_id < %s"
-            ).format(m=self._ident(self.marker_table)), (txn.query_key, txn.sink, horizon))
-
     def abort(self, handle: PgTransaction, txn: Transaction) -> None:
+        """This attempt's own session only: an open transaction is rolled back; one this
+        attempt already prepared is rolled back by its gid (never another attempt's)."""
         conn, handle.conn = handle.conn, None
-        if conn is None:
-            return
-        try:
-            _execute(conn, "ROLLBACK")
-        except Exception:
-            discard(conn)  # closing the session rolls the transaction back as well
-            return
-        if self.mode == "transactional":
-            with contextlib.suppress(Exception):
-                _execute(conn, "RESET application_name")
-        POOL.release(self.dsn, conn)
+        if conn is not None:
+            try:
+                _execute(conn, "ROLLBACK")
+            except Exception:
+                discard(conn)  # closing the session rolls the transaction back as well
+            else:
+                if self.mode == "transactional":
+                    with contextlib.suppress(Exception):
+                        _execute(conn, "RESET application_name")
+                POOL.release(self.dsn, conn)
+        elif self.mode == "transactional" and not handle.skipped:
+            self.rollback(txn)
 
     # -- phase 2 and recovery -------------------------------------------------------------------
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
         if self.mode == "upsert" or receipt.get("committed"):
             return  # committed by the task itself
-        gid = str(receipt.get("gid") or txn.txn_id)
+        gid = txn.txn_id
         xid = receipt.get("xid")
         with self._db(f"committing prepared transaction {gid}", txn, phase="commit"):
             POOL.run(self.dsn, self.connect_timeout_s,
@@ -509,7 +485,7 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                                                   None if xid is None else int(xid)))
 
     def _commit_on(self, conn: Any, txn: Transaction, gid: str, xid: int | None) -> None:
-        row = self._prepared(conn, txn, gid)
+        row = prepared.prepared_xid(conn, txn, gid, self._target)
         if row is not None:
             if xid is None or row == xid:
                 try:
@@ -520,14 +496,24 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                         raise
                     # gone between the look-up and the commit: decide by the marker
             else:
-                # Not the transaction the decision names (xid differs): a late attempt
-                # prepared under the same gid after ours committed. It must never commit.
+                # Not the transaction the decision names (xid differs): someone prepared
+                # a transaction under this attempt's gid by hand. It must never commit.
                 log_event("postgres.foreign_prepared", logging.WARNING, sink=txn.sink,
                           batch=txn.batch_id, txn=gid, expected_xid=xid, found_xid=row)
-                self._rollback_prepared(conn, txn, reason="not the decided attempt")
-        if self._marker_exists(conn, txn):
+                prepared.rollback_prepared(conn, txn, gid, reason="not the decided attempt")
+        committed = markers.committed_txn(conn, self._ident(self.marker_table), txn)
+        if committed == gid:
             log_event("postgres.already_committed", sink=txn.sink, batch=txn.batch_id, txn=gid)
             return
+        if committed is not None:
+            raise TransactionIdCollisionError(
+                f"batch {txn.batch_id} partition {txn.partition} was committed by "
+                f"{committed}, not by {gid}, the attempt the batch decided: two writers "
+                f"share this sink's query key and name in {self.marker_table}",
+                sink=txn.sink, batch_id=txn.batch_id, txn_id=gid,
+                fix="give each query its own checkpointLocation and each sink of a query "
+                "its own name; check the table for rows this batch wrote twice",
+            )
         raise DataLossError(
             f"prepared transaction {gid} of decided batch {txn.batch_id} (partition "
             f"{txn.partition}) no longer exists on {self._target}, and its marker row is not "
@@ -547,8 +533,17 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             POOL.run(self.dsn, self.connect_timeout_s, lambda conn: self._rollback_on(conn, txn))
 
     def _rollback_on(self, conn: Any, txn: Transaction) -> None:
-        self._terminate_writers(conn, txn.txn_id, txn)
-        self._rollback_prepared(conn, txn, reason="rollback")
+        prepared.terminate_sessions(conn, [prepared.session_name(txn)], txn)
+        prepared.rollback_prepared(conn, txn, txn.txn_id, reason="rollback")
+
+    def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
+        """One query for this sink's sessions, one for its prepared transactions."""
+        if self.mode == "upsert" or not ranges:
+            return
+        with self._db(f"rolling back attempts of batches "
+                      f"{sorted({r.batch_id for r in ranges})}", phase="rollback"):
+            POOL.run(self.dsn, self.connect_timeout_s,
+                     lambda conn: prepared.sweep(conn, ranges, keep))
 
     def probe(self, txn: Transaction) -> TxnState:
         if self.mode == "upsert":
@@ -558,13 +553,13 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                             lambda conn: self._probe_on(conn, txn))
 
     def _probe_on(self, conn: Any, txn: Transaction) -> TxnState:
-        if self._prepared(conn, txn, txn.txn_id) is not None:
+        if prepared.prepared_xid(conn, txn, txn.txn_id, self._target) is not None:
             return TxnState.PREPARED
-        if self._marker_exists(conn, txn):
+        if markers.committed_txn(conn, self._ident(self.marker_table), txn) == txn.txn_id:
             return TxnState.COMMITTED
         with conn.cursor() as cur:
             cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-                        " AND pid <> pg_backend_pid()", (_session_name(txn.txn_id),))
+                        " AND pid <> pg_backend_pid()", (prepared.session_name(txn),))
             if cur.fetchone()[0]:
                 return TxnState.OPEN
         return TxnState.ABSENT
@@ -625,69 +620,6 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             )
         return names
 
-    def _prepared(self, conn: Any, txn: Transaction, gid: str) -> int | None:
-        """The xid of the prepared transaction ``gid`` in this database, else None.
-
-        Looks up this exact gid only (never scans by prefix)."""
-        with conn.cursor() as cur:
-            cur.execute("SELECT transaction::text::bigint, database = current_database(),"
-                        " database FROM pg_prepared_xacts WHERE gid = %s", (gid,))
-            row = cur.fetchone()
-        if row is None:
-            return None
-        if not row[1]:
-            raise TransactionIdCollisionError(
-                f"a prepared transaction named {gid} exists in database {row[2]!r}, not in "
-                f"the sink's database on {self._target}: another query or an earlier "
-                "configuration of this sink wrote to the same server under the same name",
-                sink=txn.sink, batch_id=txn.batch_id, txn_id=gid,
-                fix=f"if nothing needs it, run ROLLBACK PREPARED '{gid}' while connected to "
-                f"database {row[2]!r}; or give this sink another name",
-            )
-        return int(row[0])
-
-    def _rollback_prepared(self, conn: Any, txn: Transaction, reason: str) -> bool:
-        if self._prepared(conn, txn, txn.txn_id) is None:
-            return False
-        try:
-            _execute(conn, "ROLLBACK PREPARED %s", (txn.txn_id,))
-        except Exception as exc:
-            if pg_code(exc) == UNDEFINED_OBJECT:
-                return False  # resolved by someone else in between
-            raise
-        log_event("postgres.rolled_back", sink=txn.sink, batch=txn.batch_id, txn=txn.txn_id,
-                  reason=reason)
-        return True
-
-    def _terminate_writers(self, conn: Any, gid: str, txn: Transaction) -> None:
-        """Terminate other sessions still writing under ``gid`` (an earlier attempt's
-        open transaction): they can never prepare after this returns (PostgreSQL 14+
-        waits for them to exit)."""
-        wait = ", 10000" if conn.server_version >= 140000 else ""
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"SELECT pid, pg_terminate_backend(pid{wait}) FROM pg_stat_activity"
-                            " WHERE application_name = %s AND pid <> pg_backend_pid()",
-                            (_session_name(gid),))
-                ended = [r[0] for r in cur.fetchall()]
-        except Exception as exc:
-            if pg_code(exc) != INSUFFICIENT_PRIVILEGE:
-                raise
-            ended = []  # the marker row lock still serialises the attempts
-        if ended:
-            log_event("postgres.fenced", logging.WARNING, sink=txn.sink, batch=txn.batch_id,
-                      txn=gid, detail=f"terminated sessions {ended} of an earlier attempt")
-
-    def _marker_exists(self, conn: Any, txn: Transaction) -> bool:
-        from psycopg2 import sql
-
-        with conn.cursor() as cur:
-            cur.execute(sql.SQL(
-                "SELECT 1 FROM {m} WHERE query_key = %s AND sink = %s AND batch_id = %s"
-                " AND \"partition\" = %s").format(m=self._ident(self.marker_table)),
-                (txn.query_key, txn.sink, txn.batch_id, txn.partition))
-            return cur.fetchone() is not None
-
 
 def _split_name(name: str, what: str) -> tuple[str, ...]:
     parts = tuple(name.split(".")) if isinstance(name, str) else ()
@@ -697,11 +629,6 @@ def _split_name(name: str, what: str) -> tuple[str, ...]:
             fix=f"{what}='orders' or {what}='sales.orders' (taken literally, case-sensitive)",
         )
     return parts
-
-
-def _session_name(gid: str) -> str:
-    """application_name of a task's session (63 bytes at most, so a hash of the gid)."""
-    return "sparkeos-" + hashlib.sha256(gid.encode()).hexdigest()[:24]
 
 
 def _execute(conn: Any, statement: str, params: tuple[Any, ...] | None = None) -> None:

@@ -5,17 +5,20 @@ so a Kafka transaction cannot be "prepared" in phase 1 and committed by the driv
 phase 2. The two modes deal with that differently.
 
 ``mode="staged"`` (default; exactly-once, ``commit_location = TASKS``)
-    Phase 1 (task): serialise the partition's records (key/value/topic/headers bytes)
-    into an Arrow IPC file ``<staging_dir>/<transactional id>/b<batch>-<attempt>/
-    records.arrow`` and fsync it. The receipt names the file. Nothing is sent to Kafka.
+    Phase 1 (task attempt): serialise the partition's records (key/value/topic/headers
+    bytes) into an Arrow IPC file ``<staging_dir>/<prefix><attempt txn id>/
+    records.arrow`` (a directory each attempt creates exclusively) and fsync it. The
+    receipt names the file. Nothing is sent to Kafka.
 
     Phase 2 (a Spark task per participant, after ``decided(N)``): a fresh transactional
-    producer with ``transactional.id`` = the pool's ID for (query, sink, partition,
-    slot) calls ``init_transactions()`` (fences every earlier producer of that ID and
-    aborts what it left open), then reads the participant's MARKER; if it says batch N
-    is committed, nothing is sent (commit is idempotent). Otherwise it begins a Kafka
-    transaction, produces every staged record, adds the marker to the same transaction
-    and commits; then the staged files of the batch are deleted.
+    producer with ``transactional.id`` = the pool's participant ID for (query, sink,
+    partition, slot) calls ``init_transactions()`` (fences every earlier producer of
+    that ID, including a concurrent attempt of the same commit, and aborts what it left
+    open), then reads the participant's MARKER; if it says batch N is committed,
+    nothing is sent (commit is idempotent). Otherwise it begins a Kafka transaction,
+    produces every staged record of the decided attempt, adds the marker to the same
+    transaction and commits; then that attempt's staged file is deleted. The
+    coordinator's sweep deletes what the other attempts staged.
 
     The MARKER is a consumer-group offset committed inside the Kafka transaction
     (``send_offsets_to_transaction``, KIP-98/447): group
@@ -38,10 +41,10 @@ phase 2. The two modes deal with that differently.
     the same rows** (deterministic input partitioning, e.g. a replayable source and no
     non-deterministic repartition). Otherwise rows may be missing or duplicated.
 
-Zombies: a task attempt that is still running after a newer attempt started is fenced
-by the newer ``init_transactions`` (epoch bump); its commit fails and its records are
-aborted. Staged files of a zombie attempt are never named by ``decided(N)`` and are
-deleted by the next commit or rollback of the transactional ID.
+Zombies: a commit attempt still running after a newer one started is fenced by the
+newer ``init_transactions`` (epoch bump); its commit fails and its records are
+aborted. Staged files of a zombie task attempt are never named by ``decided(N)`` and
+are deleted by the coordinator's sweeps.
 
 Marker retention: consumer-group offsets of an idle group are removed by the broker
 after ``offsets.retention.minutes`` (default 7 days). Every commit refreshes them, so
@@ -60,7 +63,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -73,7 +76,7 @@ from sparkeos.core.errors import (
     RetriableError,
     SparkEOSError,
 )
-from sparkeos.core.fsutil import fsync_path, require_writable_dir
+from sparkeos.core.fsutil import claim_dir, fsync_path, require_writable_dir
 from sparkeos.core.protocol import (
     CommitLocation,
     Receipt,
@@ -81,6 +84,7 @@ from sparkeos.core.protocol import (
     TransactionalSink,
     TxnState,
 )
+from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from . import clients
 from .errors import DRIVER, PHASE1, PHASE2, is_fenced, is_retriable, requires_abort, translate
@@ -95,7 +99,6 @@ BROKER_MAX_TXN_TIMEOUT = "transaction.max.timeout.ms"
 _SECRET_KEY = re.compile(r"password|secret|credential|token|private|\.pem$|ssl_key|"
                          r"oauthbearer\.config|jaas", re.IGNORECASE)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-_BATCH_DIR = re.compile(r"^b(\d+)-")
 _OFFSET_INVALID = -1001
 _validated: set[str] = set()
 _validated_lock = threading.Lock()
@@ -277,7 +280,8 @@ class KafkaSink(TransactionalSink[_Handle]):
         return cls(**settings)
 
     def transactional_id(self, txn: Transaction) -> str:
-        return f"{self.transactional_id_prefix}{txn.txn_id}"
+        """The participant's pooled ID: two per participant, shared by its attempts."""
+        return f"{self.transactional_id_prefix}{txn.participant_id}"
 
     def marker_group(self, txn: Transaction) -> str:
         digest = hashlib.sha256(
@@ -395,10 +399,7 @@ class KafkaSink(TransactionalSink[_Handle]):
     # -- phase 1 (tasks) ---------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Handle:
         if self.mode == "staged":
-            attempt = _UNSAFE.sub("_", txn.attempt or "driver")
-            directory = os.path.join(self._txn_dir(txn), f"b{txn.batch_id:012d}-{attempt}")
-            os.makedirs(directory, exist_ok=True)
-            return _Handle(txn, directory=directory)
+            return _Handle(txn, directory=claim_dir(self._txn_dir(txn), txn))
         handle = _Handle(txn)
         producer = self._init_producer(txn, PHASE1)
         try:
@@ -518,18 +519,36 @@ class KafkaSink(TransactionalSink[_Handle]):
             clients.close_quietly(producer)
 
     def rollback(self, txn: Transaction) -> None:
+        """Delete what the attempt staged. Nothing of an undecided attempt ever reached
+        Kafka; a Kafka transaction a crashed commit left open under the participant's
+        transactional.id is aborted by the next commit's init_transactions."""
         if self.mode == "staged":
-            self._delete_staged(txn, include_later=False)
-        # A fresh producer's init_transactions aborts any transaction left open under
-        # this ID (a crashed commit) and fences its producer.
-        producer = self._init_producer(txn, DRIVER)
-        clients.close_quietly(producer)
+            self._delete_staged(txn)
+
+    def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
+        """One listing of the staging directory instead of one call per possible ID."""
+        if self.mode != "staged" or not ranges:
+            return
+        pool = TransactionPool(ranges[0].query_key, ranges[0].sink)
+        prefix = self.transactional_id_prefix
+        try:
+            names = os.listdir(self._staging_root())
+        except FileNotFoundError:
+            return
+        for name in names:
+            txn = pool.parse(name[len(prefix):]) if name.startswith(prefix) else None
+            if txn is not None and txn.txn_id not in keep and any(
+                    r.covers(txn) for r in ranges):
+                self._delete_staged(txn)
 
     def probe(self, txn: Transaction) -> TxnState:
+        if self.mode == "staged":
+            if os.path.exists(os.path.join(self._txn_dir(txn), STAGED_FILE)):
+                return TxnState.PREPARED
+            if os.path.isdir(self._txn_dir(txn)):
+                return TxnState.OPEN
         if self._committed_batch(txn, DRIVER) >= txn.batch_id:
             return TxnState.COMMITTED
-        if self.mode == "staged" and self._staged_dirs(txn, lambda b: b == txn.batch_id):
-            return TxnState.PREPARED
         return TxnState.ABSENT
 
     def close(self) -> None:
@@ -652,29 +671,11 @@ class KafkaSink(TransactionalSink[_Handle]):
         return self.staging_dir
 
     def _txn_dir(self, txn: Transaction) -> str:
-        return os.path.join(self._staging_root(), self.transactional_id(txn))
+        """The attempt's own staging directory."""
+        return os.path.join(self._staging_root(), self.transactional_id_prefix + txn.txn_id)
 
-    def _staged_dirs(self, txn: Transaction, which: Callable[[int], bool]) -> list[str]:
-        directory = self._txn_dir(txn)
-        try:
-            names = os.listdir(directory)
-        except FileNotFoundError:
-            return []
-        out = []
-        for name in names:
-            match = _BATCH_DIR.match(name)
-            if match and which(int(match.group(1))):
-                out.append(os.path.join(directory, name))
-        return out
-
-    def _delete_staged(self, txn: Transaction, include_later: bool = False) -> None:
-        """Delete the staged files of ``txn``'s batch and of earlier batches of its ID.
-
-        Later batches are kept: a late zombie of batch N must not delete batch N+2's
-        prepared files (same transactional ID, same slot)."""
-        for directory in self._staged_dirs(
-                txn, lambda b: include_later or b <= txn.batch_id):
-            shutil.rmtree(directory, ignore_errors=True)
+    def _delete_staged(self, txn: Transaction) -> None:
+        shutil.rmtree(self._txn_dir(txn), ignore_errors=True)
 
     def _staged_path(self, txn: Transaction, receipt: Receipt) -> str:
         root = self._staging_root()

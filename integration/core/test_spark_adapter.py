@@ -8,7 +8,8 @@ import pytest
 
 from sparkeos import ConfigurationError, exactly_once
 from sparkeos.connectors.file import FileSink, read_output
-from sparkeos.core.commitlog import BEGUN, DECIDED, CommitLog, HadoopStore
+from sparkeos.core.commitlog import BEGUN, DECIDED, OUTCOME, CommitLog, HadoopStore
+from sparkeos.core.errors import RecordExistsError
 from sparkeos.testing.job import INPUT_SCHEMA, write_input
 
 
@@ -79,6 +80,30 @@ def test_same_sink_name_for_another_destination_is_refused(spark, tmp_path):
         _run(df, exactly_once(FileSink(str(tmp_path / "b")), name="files"), ckpt)
 
 
+def test_two_sinks_of_one_query_with_the_same_name_are_refused(spark, tmp_path):
+    """Bug 4 of the concurrency issue: the second sink once found the first one's
+    decided(N) in the shared commit log and silently wrote nothing."""
+    in_dir, ckpt = str(tmp_path / "in"), str(tmp_path / "ckpt")
+    write_input(in_dir, [[1, 2]])
+    eu = exactly_once(FileSink(str(tmp_path / "eu")), name="orders")
+    us = exactly_once(FileSink(str(tmp_path / "us")), name="orders")
+
+    def both(df, batch_id):  # type: ignore[no-untyped-def]
+        eu(df, batch_id)
+        us(df, batch_id)
+
+    with pytest.raises(Exception, match="both named 'orders'") as info:
+        _run(_stream(spark, in_dir), both, ckpt)
+    assert "its own name=" in str(info.value)
+    assert _ids(str(tmp_path / "us")) == []
+    # Distinct names (on a fresh checkpoint): both sinks get every row.
+    eu2 = exactly_once(FileSink(str(tmp_path / "eu2")), name="orders-eu")
+    us2 = exactly_once(FileSink(str(tmp_path / "us2")), name="orders-us")
+    _run(_stream(spark, in_dir), lambda df, b: (eu2(df, b), us2(df, b)),
+         str(tmp_path / "ckpt2"))
+    assert _ids(str(tmp_path / "eu2")) == _ids(str(tmp_path / "us2")) == [1, 2]
+
+
 def test_metrics_are_reported_per_batch(spark, tmp_path):
     in_dir = str(tmp_path / "in")
     write_input(in_dir, [[1, 2, 3], [4]])
@@ -94,8 +119,8 @@ def test_hadoop_store_through_spark_filesystem(spark, tmp_path):
     store = HadoopStore(f"file://{tmp_path}/log", spark)
     assert store.list_names() == []
     log = CommitLog(store)
-    log.append(7, BEGUN, {"partitions": 2}, attempt=0)
-    log.append(7, DECIDED, {"participants": []})
+    log.append(7, BEGUN, {"partitions": 2}, run=0)
+    log.append(7, OUTCOME, {"outcome": DECIDED, "participants": []}, run=0)
     log.write_meta({"query_key": "k"})
     log.write_meta({"query_key": "k2"})
     state = log.batches()[7]
@@ -103,8 +128,9 @@ def test_hadoop_store_through_spark_filesystem(spark, tmp_path):
     assert log.read_meta() == {"query_key": "k2"}
     assert sorted(os.listdir(tmp_path / "log")) == sorted(
         n for n in os.listdir(tmp_path / "log") if not n.startswith(".tmp"))
-    with pytest.raises(Exception, match="already exists"):
-        log.append(7, DECIDED, {})
+    with pytest.raises(RecordExistsError, match="already exists"):
+        log.append(7, OUTCOME, {"outcome": "aborted"}, run=0)
+    assert log.claim(7, OUTCOME, {"outcome": "aborted"}, run=0)["outcome"] == DECIDED
     store.delete("sink.json")
     assert "sink.json" not in store.list_names()
 

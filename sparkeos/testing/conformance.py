@@ -7,8 +7,10 @@ Subclass ``ConnectorConformance`` in a test module and implement:
 * ``visible_ids(workdir)``: every ``id`` a reader of your destination sees now,
   duplicates included;
 * optionally ``sink_factory(workdir)`` (an in-process sink for the fast protocol
-  tests) and ``plain_spec(workdir)`` (a plain foreachBatch writer, to show that the
-  same crash duplicates without sparkeos).
+  tests), ``plain_spec(workdir)`` (a plain foreachBatch writer, to show that the
+  same crash duplicates without sparkeos) and ``leftovers(workdir)`` (what the
+  destination still holds of this test's attempts that never committed: prepared
+  transactions, staged files; checked empty after every recovery).
 
 Each crash-point test writes input for several batches, runs the streaming job in a
 child process with a crash injected at one protocol point of one batch, checks the
@@ -21,24 +23,46 @@ subclass, so an unexpected pass is reported too.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from sparkeos.core.commitlog import CommitLog, LocalStore
+from sparkeos.core.commitlog import CommitLog, LocalStore, open_store, sink_log_location
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.coordinator import Coordinator
-from sparkeos.core.faults import ALL_POINTS, DRIVER_POINTS, FaultPlan, InjectedCrash
-from sparkeos.core.protocol import TransactionalSink
+from sparkeos.core.errors import DataLossError, TransactionAbortedError
+from sparkeos.core.faults import (
+    ALL_POINTS,
+    BARRIER_ENV,
+    DRIVER_POINTS,
+    FaultPlan,
+    InjectedCrash,
+    InjectedTaskFailure,
+)
+from sparkeos.core.protocol import Transaction, TransactionalSink
 
-from .inprocess import ID_SCHEMA, ListRunner, id_batch, run_uncommitted
+from .inprocess import ID_SCHEMA, ArrowRunner, ListRunner, id_batch, run_uncommitted
 from .job import JobResult, JobSpec, load_factory, run_job_process, write_input
 
 BEFORE_DECISION = ("after_begun", "after_all_prepared", "kill_driver_after_first_prepare")
 AFTER_ALL_COMMITS = ("after_all_commits", "after_finished")
 CRASH_BATCH = 1
+SPECULATION_CONF = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "100ms",
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.multiplier": "1.5",
+    "spark.speculation.minTaskRuntime": "100ms",
+    "spark.speculation.efficiency.enabled": "false",
+    "spark.executor.memory": "1g",
+    "spark.task.maxFailures": "4",
+}
+"""Speculate as soon as one of the two tasks of a stage finished."""
 
 
 def assert_exactly_once(visible: list[int], expected: list[int]) -> None:
@@ -71,6 +95,15 @@ class ConnectorConformance:
     def plain_spec(self, workdir: str) -> dict[str, Any] | None:
         return None
 
+    def leftovers(self, workdir: str) -> list[str] | None:
+        """Prepared or staged state of this test's attempts still in the destination
+        (None: the connector cannot tell; the checks are then skipped)."""
+        return None
+
+    def assert_no_leftovers(self, workdir: str) -> None:
+        left = self.leftovers(workdir)
+        assert not left, f"attempts that never committed left state behind: {left}"
+
     # -- harness -----------------------------------------------------------------------------
     @pytest.fixture
     def workdir(self, tmp_path: Any) -> str:
@@ -80,17 +113,20 @@ class ConnectorConformance:
         return [list(range(f * 1000, f * 1000 + self.rows_per_file)) for f in range(self.files)]
 
     def job(self, workdir: str, mode: str = "exactly_once", master: str = "local[2]",
-            sink: dict[str, Any] | None = None) -> JobSpec:
+            sink: dict[str, Any] | None = None,
+            spark_conf: dict[str, str] | None = None) -> JobSpec:
         return JobSpec(
             input=os.path.join(workdir, "input"),
             checkpoint=os.path.join(workdir, f"checkpoint-{mode}"),
             sink=sink or self.sink_spec(workdir),
             mode=mode, master=master, partitions=self.partitions,
             metrics_file=os.path.join(workdir, f"metrics-{mode}.json"),
+            spark_conf=dict(spark_conf or {}),
         )
 
-    def run(self, spec: JobSpec, fault: str | None = None) -> JobResult:
-        return run_job_process(spec, fault)
+    def run(self, spec: JobSpec, fault: str | None = None,
+            env: dict[str, str] | None = None) -> JobResult:
+        return run_job_process(spec, fault, env=env)
 
     def run_to_completion(self, spec: JobSpec, restarts: int = 3) -> None:
         for _ in range(restarts):
@@ -172,41 +208,180 @@ class ConnectorConformance:
         assert set(visible) == set(expected)
         assert len(visible) > len(expected), "plain foreachBatch unexpectedly exactly-once"
 
+    # -- speculation on a real cluster -------------------------------------------------------------
+    @pytest.mark.speculation
+    @pytest.mark.parametrize("winner", ["copy", "original"])
+    def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
+                                               winner: str) -> None:
+        """Spark runs two attempts of partition 0's task of batch 1 at once, on two
+        hosts; the original is held back until the copy started (or prepared), without
+        timing. Whichever wins, every id lands once, and a recovery after the job
+        leaves nothing prepared or staged."""
+        expected = self.prepare_input(workdir)
+        barrier = os.path.join(workdir, "barrier")
+        spec = self.job(workdir, master=spark_cluster, spark_conf=SPECULATION_CONF)
+        result = self.run(spec, fault=f"speculate_{winner}_wins@{CRASH_BATCH}",
+                          env={BARRIER_ENV: barrier})
+        assert result.returncode == 0, result.tail()
+        assert os.path.exists(os.path.join(barrier, "copy-started")), (
+            "Spark never launched a speculative copy of the held-back attempt:\n"
+            + result.tail())
+        log = CommitLog(open_store(sink_log_location(spec.checkpoint, spec.name)))
+        decided = log.batches()[CRASH_BATCH].decided
+        assert decided is not None
+        tag = int(decided["participants"][0]["tag"])
+        assert (tag > 0) == (winner == "copy"), f"batch {CRASH_BATCH} decided attempt {tag}"
+        assert_exactly_once(self.visible_ids(workdir), expected)
+        # The application is gone, so are its zombies: a full recovery sweeps the rest.
+        meta = log.read_meta() or {}
+        Coordinator(self.sink_factory(workdir), CoordinatorConfig(name=spec.name), log,
+                    str(meta["query_key"])).recover(full=True)
+        assert_exactly_once(self.visible_ids(workdir), expected)
+        self.assert_no_leftovers(workdir)
+
     # -- protocol-level cases in process (no Spark) ---------------------------------------------
-    def in_process_coordinator(self, workdir: str) -> tuple[TransactionalSink[Any], Coordinator]:
-        sink = self.sink_factory(workdir)
+    IN_PROCESS_SINK = "inproc"
+
+    def in_process_key(self, workdir: str) -> str:
+        """A query key of this test's own, so no two tests share transaction IDs."""
+        return "ip" + hashlib.sha256(workdir.encode()).hexdigest()[:10]
+
+    def in_process_coordinator(self, workdir: str, faults: FaultPlan | None = None,
+                               sink: TransactionalSink[Any] | None = None,
+                               ) -> tuple[TransactionalSink[Any], Coordinator]:
+        sink = sink if sink is not None else self.sink_factory(workdir)
         log = CommitLog(LocalStore(os.path.join(workdir, "inprocess-log")))
-        return sink, Coordinator(sink, CoordinatorConfig(name="inproc"), log, "inprocessq")
+        return sink, Coordinator(sink, CoordinatorConfig(name=self.IN_PROCESS_SINK), log,
+                                 self.in_process_key(workdir), faults)
+
+    def attempt(self, coord: Coordinator, batch_id: int, partition: int, tag: int,
+                run: int = 0) -> Transaction:
+        """The transaction of one task attempt, as the coordinator would hand it out."""
+        return coord.pool.transaction(batch_id, partition, run, tag)
+
+    def finish(self, workdir: str, sink: TransactionalSink[Any], expected: list[int]) -> None:
+        """A restarted driver's full recovery, then the checks every case ends with."""
+        _, coord = self.in_process_coordinator(workdir, sink=sink)
+        coord.recover(full=True)
+        assert_exactly_once(self.visible_ids(workdir), expected)
+        self.assert_no_leftovers(workdir)
 
     def test_zombie_attempt_never_becomes_visible(self, workdir: str) -> None:
-        """Invariant 5: an earlier attempt still running after the new one began."""
+        """Invariant 5: an attempt still running while another attempt of the same task
+        is decided and committed; it goes on writing and preparing afterwards."""
         sink, coord = self.in_process_coordinator(workdir)
         sink.validate(ID_SCHEMA)
-        zombie_txn = coord.pool.transaction(0, 0, "zombie-attempt")
+        zombie_txn = self.attempt(coord, 0, 0, tag=5)
         zombie = sink.begin(zombie_txn)
         sink.write(zombie, id_batch([999_999]))
         coord.run_batch(0, ListRunner([[1, 2], [3]]))
-        try:
-            sink.write(zombie, id_batch([999_998]))
-            sink.prepare(zombie)  # may succeed (but is never decided) or be refused
-        except Exception:
-            pass
+        _attempt_quietly(lambda: (sink.write(zombie, id_batch([999_998])),
+                                  sink.prepare(zombie)))
         coord.run_batch(1, ListRunner([[4], [5]]))
         coord.run_batch(2, ListRunner([[6], [7]]))  # reuses the zombie's slot
-        assert_exactly_once(self.visible_ids(workdir), [1, 2, 3, 4, 5, 6, 7])
+        self.finish(workdir, sink, [1, 2, 3, 4, 5, 6, 7])
+
+    def test_concurrent_attempt_starts_after_the_first_prepared(self, workdir: str) -> None:
+        """Speculation, the original wins: a copy of partition 0's task starts once the
+        original prepared and prepares too (or is refused). The copy must not undo the
+        original, which the batch decides."""
+        sink, coord = self.in_process_coordinator(workdir)
+        copies: list[threading.Thread] = []
+
+        def start_copy(partition: int, attempt: int) -> None:
+            if partition == 0 and attempt == 0:
+                def copy() -> None:
+                    handle = sink.begin(self.attempt(coord, 0, 0, tag=1))
+                    sink.write(handle, id_batch([1, 2]))
+                    sink.prepare(handle)
+                copies.append(_in_thread(copy))
+
+        coord.run_batch(0, ArrowRunner([id_batch([1, 2]), id_batch([3])],
+                                       after_attempt=start_copy))
+        for thread in copies:
+            thread.join(120)
+        decided = coord.states()[0].decided
+        assert decided is not None and decided["participants"][0]["tag"] == 0
+        coord.run_batch(1, ListRunner([[4], [5]]))
+        self.finish(workdir, sink, [1, 2, 3, 4, 5])
+
+    def test_concurrent_copy_wins_and_the_original_goes_on(self, workdir: str) -> None:
+        """Speculation, the copy wins: the original began first and is slow; the batch
+        decides the copy; then the original prepares as a zombie."""
+        sink, coord = self.in_process_coordinator(workdir)
+        sink.validate(ID_SCHEMA)
+        original = sink.begin(self.attempt(coord, 0, 0, tag=0))
+        sink.write(original, id_batch([1, 2]))
+        coord.run_batch(0, ArrowRunner([id_batch([1, 2]), id_batch([3])],
+                                       first_attempt={0: 1}))
+        decided = coord.states()[0].decided
+        assert decided is not None and decided["participants"][0]["tag"] == 1
+        _attempt_quietly(lambda: sink.prepare(original))
+        coord.run_batch(1, ListRunner([[4], [5]]))
+        self.finish(workdir, sink, [1, 2, 3, 4, 5])
+
+    def test_late_attempt_after_the_batch_was_aborted(self, workdir: str) -> None:
+        """A task attempt still running when phase 1 failed prepares after the abort;
+        the batch is re-run with fewer partitions. Its transaction must not stay behind
+        (bug 2 of the concurrency issue)."""
+        sink, coord = self.in_process_coordinator(workdir)
+        coord.run_batch(0, ListRunner([[1], [2]]))
+        late = sink.begin(self.attempt(coord, 1, 0, tag=3))
+        sink.write(late, id_batch([3, 4]))
+
+        def fail_partition_1(partition: int, attempt: int) -> None:
+            if partition == 1:
+                raise InjectedTaskFailure("partition 1 keeps failing")
+
+        with pytest.raises(TransactionAbortedError):
+            coord.run_batch(1, ArrowRunner([id_batch([3, 4]), id_batch([5])],
+                                           before_attempt=fail_partition_1))
+        _attempt_quietly(lambda: sink.prepare(late))
+        _, rerun = self.in_process_coordinator(workdir, sink=sink)
+        rerun.run_batch(1, ListRunner([[3, 4, 5]]))
+        self.finish(workdir, sink, [1, 2, 3, 4, 5])
+
+    def test_begin_claims_its_transaction_id_exclusively(self, workdir: str) -> None:
+        """A retried stage numbers its attempts from 0 again, so a zombie may hold the
+        same ID: the second attempt must fail, never write into the first one's state."""
+        sink, coord = self.in_process_coordinator(workdir)
+        sink.validate(ID_SCHEMA)
+        txn = self.attempt(coord, 0, 0, tag=0)
+        first = sink.begin(txn)
+        sink.write(first, id_batch([1]))
+        receipt = sink.prepare(first)
+        with pytest.raises(Exception):  # noqa: B017 - any error: it must not go on
+            second = sink.begin(txn)
+            sink.write(second, id_batch([2]))
+            sink.prepare(second)
+        sink.commit(txn, receipt)
+        assert_exactly_once(self.visible_ids(workdir), [1])
+
+    def test_commit_of_vanished_prepared_state_is_data_loss(self, workdir: str) -> None:
+        """The rule "commit raises DataLossError when the prepared state is gone and
+        nothing is visible": silence here would be silent loss."""
+        sink, coord = self.in_process_coordinator(workdir)
+        sink.validate(ID_SCHEMA)
+        txn = self.attempt(coord, 0, 0, tag=0)
+        handle = sink.begin(txn)
+        sink.write(handle, id_batch([1, 2]))
+        receipt = sink.prepare(handle)
+        sink.rollback(txn)  # someone removed the prepared state behind the query's back
+        with pytest.raises(DataLossError):
+            sink.commit(txn, receipt)
+        assert self.visible_ids(workdir) == []
 
     @pytest.mark.parametrize("point", ALL_POINTS)
     def test_in_process_crash_matrix(self, workdir: str, point: str) -> None:
         """Every crash point, simulated in process against the real destination."""
-        sink, coord = self.in_process_coordinator(workdir)
+        sink, _ = self.in_process_coordinator(workdir)
         plan = [[[1, 2], [3]], [[4], [5, 6]], [[7], [8]]]
         spark_committed: list[int] = []
         for faults in (FaultPlan(point, 1, simulate=True), None):
-            coord = Coordinator(sink, CoordinatorConfig(name="inproc"), coord.log, "inprocessq",
-                                faults)
+            _, coord = self.in_process_coordinator(workdir, faults, sink=sink)
             with contextlib.suppress(InjectedCrash):  # the process died; restart it
                 run_uncommitted(coord, plan, spark_committed)
-        assert_exactly_once(self.visible_ids(workdir), list(range(1, 9)))
+        self.finish(workdir, sink, list(range(1, 9)))
 
     def test_commit_is_idempotent(self, workdir: str) -> None:
         sink, coord = self.in_process_coordinator(workdir)
@@ -214,8 +389,22 @@ class ConnectorConformance:
         state = coord.states()[0]
         assert state.decided is not None
         for participant in state.decided["participants"]:
-            txn = coord.pool.transaction(0, int(participant["partition"]),
-                                         str(participant["attempt"]))
+            partition = int(participant["partition"])
+            txn = self.attempt(coord, 0, partition, int(participant["tag"]))
             sink.commit(txn, participant["receipt"])
-            sink.rollback(coord.pool.transaction(5, int(participant["partition"])))
+            sink.rollback(self.attempt(coord, 5, partition, tag=0))  # never used: fine
         assert_exactly_once(self.visible_ids(workdir), [1, 2])
+        self.assert_no_leftovers(workdir)
+
+
+def _in_thread(fn: Callable[[], None]) -> threading.Thread:
+    """Run another task attempt beside this one (its failure is its own)."""
+    thread = threading.Thread(target=_attempt_quietly, args=(fn,), daemon=True)
+    thread.start()
+    return thread
+
+
+def _attempt_quietly(fn: Callable[[], Any]) -> None:
+    """A losing attempt may be refused by the destination; that is its right."""
+    with contextlib.suppress(Exception):
+        fn()

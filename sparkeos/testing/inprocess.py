@@ -9,7 +9,8 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from sparkeos.core.commitlog import Store
-from sparkeos.core.coordinator import TaskFunction, TaskResult
+from sparkeos.core.coordinator import TaskAttempt, TaskFunction, TaskResult
+from sparkeos.core.errors import RecordExistsError
 from sparkeos.core.faults import InjectedTaskFailure
 
 
@@ -34,17 +35,24 @@ class ArrowRunner:
     """In-process batch runner over one Arrow batch per partition; retries like Spark.
 
     ``before_attempt(partition, attempt)`` runs before each task attempt (to inject
-    trouble such as a server restart)."""
+    trouble such as a server restart); ``after_attempt(partition, attempt)`` after an
+    attempt succeeded, before the next task starts (to start a concurrent attempt).
+    ``first_attempt``: partition -> the attempt number its first attempt gets (as if
+    earlier attempts, e.g. the original of a speculative copy, were still running)."""
 
     def __init__(self, partitions: Sequence[pa.RecordBatch], max_attempts: int = 2,
                  schema: pa.Schema | None = None,
-                 before_attempt: Callable[[int, int], None] | None = None) -> None:
+                 before_attempt: Callable[[int, int], None] | None = None,
+                 after_attempt: Callable[[int, int], None] | None = None,
+                 first_attempt: dict[int, int] | None = None) -> None:
         self.run = next(_RUNS)  # like Spark's application ID: unique per driver run
         self.data = list(partitions)
         self.max_attempts = max_attempts
         self.schema = schema if schema is not None else (
             self.data[0].schema if self.data else ID_SCHEMA)
         self.before_attempt = before_attempt
+        self.after_attempt = after_attempt
+        self.first_attempt = dict(first_attempt or {})
 
     def partitions(self) -> int:
         return len(self.data)
@@ -55,16 +63,21 @@ class ArrowRunner:
     def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
         results = []
         for p, batch in enumerate(self.data):
-            for attempt in range(self.max_attempts):
-                if self.before_attempt is not None:
-                    self.before_attempt(p, attempt)
+            first = self.first_attempt.get(p, 0)
+            for attempt in range(first, first + self.max_attempts):
                 batches: Iterator[pa.RecordBatch] = iter([batch] if batch.num_rows else [])
                 try:
-                    results.append(task(p, attempt, f"r{self.run}-a{attempt}", batches))
-                    break
+                    if self.before_attempt is not None:
+                        self.before_attempt(p, attempt)  # may fail the attempt
+                    results.append(task(TaskAttempt(p, attempt, f"r{self.run}-a{attempt}"),
+                                        batches))
                 except InjectedTaskFailure:
-                    if attempt + 1 == self.max_attempts:
+                    if attempt + 1 == first + self.max_attempts:
                         raise
+                    continue
+                if self.after_attempt is not None:
+                    self.after_attempt(p, attempt)
+                break
         return results
 
     def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
@@ -104,7 +117,7 @@ class MemoryStore(Store):
 
     def write_new(self, name: str, data: bytes) -> None:
         if name in self.files:
-            raise FileExistsError(name)
+            raise RecordExistsError(f"{name} exists in {self.location}")
         self.files[name] = data
 
     def replace(self, name: str, data: bytes) -> None:

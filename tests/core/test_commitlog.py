@@ -5,47 +5,73 @@ import os
 import pytest
 
 from sparkeos.core.commitlog import (
+    ABORTED,
     BEGUN,
     DECIDED,
     FINISHED,
+    OUTCOME,
     CommitLog,
     LocalStore,
     open_store,
     record_name,
     sink_log_location,
 )
-from sparkeos.core.errors import CommitLogError
+from sparkeos.core.errors import CommitLogError, RecordExistsError
 
 
 def test_records_round_trip_and_define_state(tmp_path):
     log = CommitLog(LocalStore(str(tmp_path)))
-    log.append(3, BEGUN, {"partitions": 2, "slot": 1}, attempt=0)
+    log.append(3, BEGUN, {"partitions": 2, "slot": 1}, run=0)
     assert log.batches()[3].status == "begun" and log.batches()[3].needs_rollback
-    log.append(3, DECIDED, {"participants": []})
-    assert log.batches()[3].needs_commit
+    log.append(3, OUTCOME, {"outcome": ABORTED}, run=0)
+    assert log.batches()[3].status == "aborted" and not log.batches()[3].unresolved
+    log.append(3, BEGUN, {"partitions": 3, "slot": 1}, run=1)
+    assert log.batches()[3].open_runs == [1]
+    log.append(3, OUTCOME, {"outcome": DECIDED, "participants": []}, run=1)
+    assert log.batches()[3].needs_commit and log.batches()[3].decided_run == 1
     log.append(3, FINISHED, {})
     state = log.batches()[3]
     assert state.status == "finished" and not state.unresolved
-    assert state.begun[0]["partitions"] == 2
+    assert state.begun[0]["partitions"] == 2 and state.aborted == {0}
 
 
 def test_records_are_write_once(tmp_path):
     log = CommitLog(LocalStore(str(tmp_path)))
-    log.append(1, DECIDED, {})
-    with pytest.raises(CommitLogError, match="already exists"):
-        log.append(1, DECIDED, {})
+    log.append(1, FINISHED, {})
+    with pytest.raises(RecordExistsError, match="already exists"):
+        log.append(1, FINISHED, {})
+
+
+def test_one_outcome_per_run_first_writer_wins(tmp_path):
+    """Invariant 10: a racing `sparkeos recover` and a live driver cannot both record
+    an outcome for the same run; the loser reads the winner's."""
+    log = CommitLog(LocalStore(str(tmp_path)))
+    log.append(2, BEGUN, {"partitions": 1}, run=0)
+    held = log.claim(2, OUTCOME, {"outcome": ABORTED, "reason": "recovery"}, run=0)
+    assert held["outcome"] == ABORTED
+    again = log.claim(2, OUTCOME, {"outcome": DECIDED, "participants": []}, run=0)
+    assert again["outcome"] == ABORTED and again["reason"] == "recovery"
+    assert log.batches()[2].decided is None
+
+
+def test_lease_round_trip(tmp_path):
+    log = CommitLog(LocalStore(str(tmp_path)))
+    assert log.read_lease() is None
+    log.write_lease({"pid": 1, "renewed": 2.0})
+    log.write_lease({"pid": 1, "renewed": 3.0})
+    assert log.read_lease() == {"pid": 1, "renewed": 3.0}
 
 
 def test_no_temporary_files_are_left(tmp_path):
     log = CommitLog(LocalStore(str(tmp_path)))
-    log.append(1, BEGUN, {"partitions": 1}, attempt=0)
+    log.append(1, BEGUN, {"partitions": 1}, run=0)
     log.write_meta({"a": 1})
     assert sorted(os.listdir(tmp_path)) == [record_name(1, BEGUN, 0), "sink.json"]
 
 
 def test_corrupt_record_is_a_clear_error(tmp_path):
     log = CommitLog(LocalStore(str(tmp_path)))
-    (tmp_path / record_name(5, DECIDED)).write_text("{not json")
+    (tmp_path / record_name(5, OUTCOME, 0)).write_text("{not json")
     with pytest.raises(CommitLogError, match="not valid JSON"):
         log.batches()
 

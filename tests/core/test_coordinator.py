@@ -101,6 +101,7 @@ def test_rerun_before_decided_rolls_back_first():
     assert sorted(system.visible) == [1, 2, 3, 4, 5, 6]
     attempts = log.batches()[1]
     assert sorted(attempts.begun) == [0, 1] and attempts.aborted == {0}
+    assert attempts.decided_run == 1 and not system.prepared
 
 
 def test_task_retry_fences_the_failed_attempt():
@@ -110,28 +111,42 @@ def test_task_retry_fences_the_failed_attempt():
     coord.run_batch(0, ListRunner([[1, 2], [3]], max_attempts=2))
     assert sorted(system.visible) == [1, 2, 3]
     decided = log.batches()[0].decided
-    assert decided is not None and decided["participants"][0]["attempt"].endswith("-a1")
+    assert decided is not None and decided["participants"][0]["attempt"] == "b0r0a1"
+    assert not system.prepared and not system.open
 
 
 def test_zombie_writes_never_commit():
+    """Invariant 5: a zombie attempt of the batch (its own ID) is swept after the
+    decision; its later writes fail and nothing of it becomes visible."""
     system, log = MemorySystem(), CommitLog(MemoryStore())
     sink = MemorySink(system)
     coord = coordinator(system, log)
-    zombie_txn = coord.pool.transaction(0, 0, "zombie")
-    zombie = sink.begin(zombie_txn)
+    zombie = sink.begin(coord.pool.transaction(0, 0, run=0, tag=5))
+    sink.write(zombie, id_batch([99]))
     coord.run_batch(0, ListRunner([[1], [2]]))
     with pytest.raises(RuntimeError, match="fenced"):
-        sink.write(zombie, id_batch([99]))
-    assert sorted(system.visible) == [1, 2]
+        sink.write(zombie, id_batch([98]))
+    assert sorted(system.visible) == [1, 2] and not system.open
 
 
 def test_transaction_ids_are_deterministic_and_bounded():
-    """Invariants 6 and 8: two IDs per participant, a function of (query, sink, p, slot)."""
+    """Invariants 6 and 8: IDs are functions of (query, sink, partition, slot) plus the
+    attempt; the participant IDs (what Kafka's transactional.id uses) are two per
+    participant; every attempt ID of a run is covered by its begun record."""
     system, log = MemorySystem(), CommitLog(MemoryStore())
     run_query(system, log, None, [])
-    ids = {tuple(s.begun[0]["txn_ids"]) for s in log.batches().values()}
-    assert ids == {("seos-q1-mem-p0-s0", "seos-q1-mem-p1-s0"),
-                   ("seos-q1-mem-p0-s1", "seos-q1-mem-p1-s1")}
+    coord = coordinator(system, log)
+    decided = {s.batch_id: s.decided for s in log.batches().values()}
+    participants = {coord.pool.transaction(b, int(p["partition"]), 0, int(p["tag"])
+                                           ).participant_id
+                    for b, d in decided.items() if d for p in d["participants"]}
+    assert participants == {"seos-q1-mem-p0-s0", "seos-q1-mem-p1-s0",
+                            "seos-q1-mem-p0-s1", "seos-q1-mem-p1-s1"}
+    txn = coord.pool.transaction(3, 1, run=2, tag=9)
+    assert txn.txn_id == "seos-q1-mem-p1-s1-b3r2a9" and txn.attempt == "b3r2a9"
+    assert coord.pool.parse(txn.txn_id) == txn
+    assert coord.pool.parse("seos-q1-mem-other-p1-s1-b3r2a9") is None
+    assert log.batches()[3].begun[0]["tags"] == 8
 
 
 def test_parallelism_change_between_runs_is_recovered_from_the_log():
@@ -177,17 +192,48 @@ def test_schema_change_between_batches_is_refused_before_writing():
     assert log.last_error()["type"] == "SchemaMismatchError"
 
 
+class RefusingSink(MemorySink):
+    """Refuses batches whose id column is not int64 (as a real sink's validate does)."""
+
+    def validate(self, schema):
+        import pyarrow as pa
+
+        if schema.field("id").type != pa.int64():
+            raise SchemaMismatchError("id must be bigint")
+
+
+def test_a_refused_batch_pins_no_schema():
+    """Bug 5: validate runs first and the schema is recorded only once a batch is
+    decided, so the corrected query is not refused as a schema change."""
+    import pyarrow as pa
+
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = Coordinator(RefusingSink(system), CoordinatorConfig(name="mem"), log, "q1")
+    wrong = ListRunner([[1]])
+    wrong.schema = pa.schema([("id", pa.string())])
+    with pytest.raises(SchemaMismatchError, match="must be bigint"):
+        coord.run_batch(0, wrong)
+    assert "schema" not in (log.read_meta() or {})
+    coord = Coordinator(RefusingSink(system), CoordinatorConfig(name="mem"), log, "q1")
+    coord.run_batch(0, ListRunner([[1]]))
+    assert system.visible == [1]
+    assert log.read_meta()["schema"] == [["id", "int64"], ["payload", "string"]]
+
+
 def test_exactly_once_without_log_is_a_configuration_error():
     with pytest.raises(ConfigurationError, match="checkpointLocation"):
         Coordinator(MemorySink(MemorySystem()), CoordinatorConfig(name="m"), None, "q")
 
 
-def test_at_least_once_commits_in_tasks_and_duplicates_on_replay():
+def test_at_least_once_commits_in_tasks_without_a_log():
+    """No commit log: each task commits at once. A replay is written again unless the
+    sink itself skips partitions it committed (the memory sink's marker does)."""
     system = MemorySystem()
     coord = coordinator(system, None, guarantee=Guarantee.AT_LEAST_ONCE)  # type: ignore[arg-type]
+    metrics = coord.run_batch(0, ListRunner([[1], [2]]))
+    assert metrics.outcome == "direct" and sorted(system.visible) == [1, 2]
     coord.run_batch(0, ListRunner([[1], [2]]))
-    coord.run_batch(0, ListRunner([[1], [2]]))
-    assert sorted(system.visible) == [1, 1, 2, 2]
+    assert sorted(system.visible) == [1, 2] and system.commits == 2
 
 
 def test_old_records_are_purged():
@@ -197,3 +243,24 @@ def test_old_records_are_purged():
     for b in range(10):
         coord.run_batch(b, ListRunner([[b]]))
     assert sorted(log.batches()) == [6, 7, 8, 9]
+
+
+def test_recover_racing_the_driver_cannot_abort_what_it_decides():
+    """Bug 3: `sparkeos recover --force` (or a second driver) aborts run 0 of batch 0
+    while the live driver is in phase 1. One outcome per run: the driver's decision
+    loses, raises, and nothing of the run is committed; the restart writes it once."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    live = coordinator(system, log)
+
+    class RacedRunner(ListRunner):
+        def run_tasks(self, task):
+            results = super().run_tasks(task)
+            coordinator(system, log).recover()  # the racing recover, on its own cache
+            return results
+
+    with pytest.raises(TransactionAbortedError, match="recorded as aborted by another"):
+        live.run_batch(0, RacedRunner([[1, 2], [3]]))
+    assert system.visible == [] and not system.prepared
+    assert log.batches()[0].aborted == {0}
+    coordinator(system, log).run_batch(0, ListRunner([[1, 2], [3]]))
+    assert sorted(system.visible) == [1, 2, 3]

@@ -1,9 +1,10 @@
 """An in-memory participant and batch runner for unit tests of the core protocol.
 
 ``MemorySystem`` behaves like a database with prepared transactions: writes are
-invisible until commit, a prepared transaction survives the writer, a new ``begin`` of
-an ID fences the earlier attempt, and it keeps a marker per committed transaction so
-an idempotent commit can tell "already committed" from "lost".
+invisible until commit, a prepared transaction survives the writer, every attempt has
+its own transaction ID, a rolled-back open transaction is fenced (its writer fails),
+and a marker per committed (batch, partition) lets an idempotent commit tell
+"already committed" from "lost" and a late attempt see that its partition is done.
 """
 
 from __future__ import annotations
@@ -28,16 +29,20 @@ from sparkeos.testing.inprocess import ListRunner, MemoryStore, id_batch
 class MemorySystem:
     visible: list[Any] = field(default_factory=list)
     prepared: dict[str, list[Any]] = field(default_factory=dict)
-    open: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
-    fenced: set[tuple[str, str]] = field(default_factory=set)
-    markers: set[tuple[str, int]] = field(default_factory=set)
+    open: dict[str, list[Any]] = field(default_factory=dict)
+    fenced: set[str] = field(default_factory=set)
+    markers: dict[tuple[int, int], str] = field(default_factory=dict)
     commits: int = 0
+
+    @property
+    def leftovers(self) -> list[str]:
+        return sorted([*self.open, *self.prepared])
 
 
 @dataclass
 class Handle:
-    key: tuple[str, str]
     txn: Transaction
+    skipped: bool = False
 
 
 class MemorySink(TransactionalSink[Handle]):
@@ -46,51 +51,55 @@ class MemorySink(TransactionalSink[Handle]):
     def __init__(self, system: MemorySystem) -> None:
         self.system = system
 
-    def _fence(self, txn_id: str, keep: tuple[str, str] | None = None) -> None:
-        for key in list(self.system.open):
-            if key[0] == txn_id and key != keep:
-                self.system.fenced.add(key)
-                del self.system.open[key]
-
     def begin(self, txn: Transaction) -> Handle:
-        key = (txn.txn_id, f"{txn.batch_id}:{txn.attempt}")
-        self.system.prepared.pop(txn.txn_id, None)
-        self._fence(txn.txn_id, keep=key)
-        self.system.open[key] = []
-        return Handle(key, txn)
+        if txn.txn_id in self.system.open or txn.txn_id in self.system.prepared:
+            raise RuntimeError(f"transaction ID {txn.txn_id} is already in use")
+        if (txn.batch_id, txn.partition) in self.system.markers:
+            return Handle(txn, skipped=True)  # a late attempt of a committed partition
+        self.system.open[txn.txn_id] = []
+        return Handle(txn)
+
+    def _check(self, handle: Handle) -> None:
+        if handle.txn.txn_id in self.system.fenced:
+            raise RuntimeError(f"transaction {handle.txn.txn_id} was fenced")
 
     def write(self, handle: Handle, batch: pa.RecordBatch) -> None:
-        if handle.key in self.system.fenced:
-            raise RuntimeError(f"transaction {handle.key} was fenced")
-        self.system.open[handle.key].extend(batch.column("id").to_pylist())
+        if handle.skipped:
+            return
+        self._check(handle)
+        self.system.open[handle.txn.txn_id].extend(batch.column("id").to_pylist())
 
     def prepare(self, handle: Handle) -> Receipt:
-        if handle.key in self.system.fenced:
-            raise RuntimeError(f"transaction {handle.key} was fenced")
-        rows = self.system.open.pop(handle.key)
-        self.system.prepared[handle.key[0]] = rows
+        if handle.skipped:
+            return {"rows": 0, "skipped": True}
+        self._check(handle)
+        rows = self.system.open.pop(handle.txn.txn_id)
+        self.system.prepared[handle.txn.txn_id] = rows
         return {"rows": len(rows)}
 
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
-        marker = (txn.txn_id, txn.batch_id)
+        marker = (txn.batch_id, txn.partition)
         rows = self.system.prepared.pop(txn.txn_id, None)
         if rows is None:
-            if marker in self.system.markers:
+            if self.system.markers.get(marker) == txn.txn_id:
                 return
             raise DataLossError("prepared transaction vanished", txn_id=txn.txn_id,
                                 batch_id=txn.batch_id)
         self.system.visible.extend(rows)
-        self.system.markers.add(marker)
+        self.system.markers[marker] = txn.txn_id
         self.system.commits += 1
 
     def rollback(self, txn: Transaction) -> None:
+        if self.system.open.pop(txn.txn_id, None) is not None:
+            self.system.fenced.add(txn.txn_id)
         self.system.prepared.pop(txn.txn_id, None)
-        self._fence(txn.txn_id)
 
     def probe(self, txn: Transaction) -> TxnState:
         if txn.txn_id in self.system.prepared:
             return TxnState.PREPARED
-        if (txn.txn_id, txn.batch_id) in self.system.markers:
+        if txn.txn_id in self.system.open:
+            return TxnState.OPEN
+        if self.system.markers.get((txn.batch_id, txn.partition)) == txn.txn_id:
             return TxnState.COMMITTED
         return TxnState.ABSENT
 

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from sparkeos.connectors.file import read_output
+from sparkeos.connectors.file.sink import STAGING_DIR
 from sparkeos.testing.conformance import ConnectorConformance
 
 
@@ -22,6 +23,10 @@ class TestFileSinkParquet(ConnectorConformance):
     def plain_spec(self, workdir: str) -> dict[str, Any] | None:
         return {"factory": "sparkeos.testing.job:plain_file_writer",
                 "kwargs": {"path": self.output(workdir), "format": self.format}}
+
+    def leftovers(self, workdir: str) -> list[str] | None:
+        staging = os.path.join(self.output(workdir), STAGING_DIR)
+        return sorted(os.listdir(staging)) if os.path.isdir(staging) else []
 
     def visible_ids(self, workdir: str) -> list[int]:
         table = read_output(self.output(workdir), self.format)

@@ -133,3 +133,27 @@ def marker_rows(admin: Any, names: Names) -> list[tuple[int, int]]:
     with admin.cursor() as cur:
         cur.execute(f'SELECT batch_id, "partition" FROM "{names.marker}" ORDER BY 1, 2')
         return [(r[0], r[1]) for r in cur.fetchall()]
+
+
+def prepared_on_tables(dsn: str, *tables: str) -> list[str]:
+    """Prepared transactions holding locks on ``tables`` (whatever their gids), and open
+    sessions writing them: what a test's attempts left behind."""
+    import psycopg2
+
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        regs = [f'"{t}"' for t in tables]
+        cur.execute(
+            "SELECT DISTINCT p.gid FROM pg_prepared_xacts p"
+            " JOIN pg_locks x ON x.locktype = 'transactionid'"
+            "  AND x.transactionid = p.transaction"
+            " JOIN pg_locks r ON r.virtualtransaction = x.virtualtransaction"
+            "  AND r.relation = ANY(ARRAY(SELECT to_regclass(t) FROM unnest(%s::text[]) t))",
+            (regs,))
+        found = sorted(f"prepared {r[0]}" for r in cur.fetchall())
+        cur.execute(
+            "SELECT DISTINCT a.application_name FROM pg_locks l JOIN pg_stat_activity a"
+            " ON a.pid = l.pid WHERE a.pid <> pg_backend_pid() AND l.relation ="
+            " ANY(ARRAY(SELECT to_regclass(t) FROM unnest(%s::text[]) t))", (regs,))
+        found += sorted(f"open session {r[0]}" for r in cur.fetchall())
+    conn.close()
+    return found

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from integration.connectors.jdbc.support import PgServer
+from integration.connectors.jdbc.support import PgServer, prepared_on_tables
 from sparkeos.testing.conformance import ConnectorConformance
 
 
@@ -17,13 +17,19 @@ class TestPostgresSinkConformance(ConnectorConformance):
         self.names = names
 
     def sink_spec(self, workdir: str) -> dict[str, Any]:
+        # A short lock timeout: the concurrent-attempt cases make attempts wait for each
+        # other on purpose; the jobs never contend.
         return {"factory": "sparkeos.connectors.jdbc:PostgresSink",
                 "kwargs": {"dsn": self.dsn, "table": self.names.table,
-                           "marker_table": self.names.marker, "create_table": True}}
+                           "marker_table": self.names.marker, "create_table": True,
+                           "lock_timeout_s": 3.0}}
 
     def plain_spec(self, workdir: str) -> dict[str, Any] | None:
         return {"factory": "integration.connectors.jdbc.plain:plain_insert_writer",
                 "kwargs": {"dsn": self.dsn, "table": self.names.table}}
+
+    def leftovers(self, workdir: str) -> list[str] | None:
+        return prepared_on_tables(self.dsn, self.names.table, self.names.marker)
 
     def visible_ids(self, workdir: str) -> list[int]:
         import psycopg2

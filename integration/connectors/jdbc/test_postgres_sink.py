@@ -101,7 +101,7 @@ def test_commit_is_idempotent_and_probe_tells_the_state(pg_server, names, admin)
     sink = sink_for(pg_server, names)
     sink.validate(id_batch([1]).schema)
     pool = TransactionPool(names.query_key, "pg")
-    txn = pool.transaction(0, 0, "a0")
+    txn = pool.transaction(0, 0, 0, 0)
     assert sink.probe(txn) is TxnState.ABSENT
     handle = sink.begin(txn)
     sink.write(handle, id_batch([1, 2]))
@@ -114,7 +114,7 @@ def test_commit_is_idempotent_and_probe_tells_the_state(pg_server, names, admin)
     assert sink.probe(txn) is TxnState.COMMITTED
     assert table_ids(admin, names.table) == [1, 2]
     sink.rollback(txn)  # nothing prepared under the ID any more: fine
-    sink.rollback(pool.transaction(7, 3))  # an ID never used: fine
+    sink.rollback(pool.transaction(7, 3, 0, 0))  # an ID never used: fine
     assert table_ids(admin, names.table) == [1, 2]
 
 
@@ -135,31 +135,53 @@ def test_decided_gid_gone_without_marker_is_data_loss(pg_server, names, admin):
     assert "re-process" in message
 
 
-def test_zombie_attempts_are_fenced(pg_server, names, admin):
+def test_concurrent_attempts_never_undo_each_other(pg_server, names, admin):
+    """Bug 1 of the concurrency issue: a second attempt of the same task (speculation)
+    once rolled back the first attempt's prepared transaction in its begin. Now each
+    attempt has its own gid; the batch commits the decided one and sweeps the other."""
+    from sparkeos.core.txpool import AttemptRange
+
     sink = sink_for(pg_server, names)
     sink.validate(id_batch([1]).schema)
     pool = TransactionPool(names.query_key, "pg")
+    first, copy = pool.transaction(0, 0, 0, 0), pool.transaction(0, 0, 0, 1)
+    h1 = sink.begin(first)
+    sink.write(h1, id_batch([1]))
+    receipt = sink.prepare(h1)  # the attempt Spark will keep
+    h2 = sink.begin(copy)  # the speculative copy starts after the first prepared
+    sink.write(h2, id_batch([1]))
+    sink.prepare(h2)
+    assert prepared_gids(admin, names) == sorted([first.txn_id, copy.txn_id])
+    sink.commit(first, receipt)
+    sink.sweep([AttemptRange(names.query_key, "pg", 0, 0, 1, 4)], frozenset({first.txn_id}))
+    assert table_ids(admin, names.table) == [1] and prepared_gids(admin, names) == []
 
-    # An earlier attempt still writing: the new attempt's begin ends its session.
-    zombie = sink.begin(pool.transaction(0, 0, "a0"))
+    # An attempt that begins after its partition was committed writes nothing.
+    late = pool.transaction(0, 0, 0, 2)
+    h3 = sink.begin(late)
+    sink.write(h3, id_batch([1]))
+    assert sink.prepare(h3)["skipped"] is True
+    sink.recover_commit(first, receipt)
+    assert table_ids(admin, names.table) == [1] and prepared_gids(admin, names) == []
+
+
+def test_sweep_ends_open_sessions_of_doomed_attempts(pg_server, names, admin):
+    """A zombie still writing when its run is aborted: the sweep ends its session, so
+    it can never prepare later (bug 2 of the concurrency issue)."""
+    from sparkeos.core.txpool import AttemptRange
+
+    sink = sink_for(pg_server, names)
+    sink.validate(id_batch([1]).schema)
+    pool = TransactionPool(names.query_key, "pg")
+    zombie = sink.begin(pool.transaction(1, 1, 0, 0))
     sink.write(zombie, id_batch([90]))
-    txn = pool.transaction(0, 0, "a1")
-    handle = sink.begin(txn)
+    other = sink.begin(pool.transaction(1, 1, 1, 0))  # another run: not swept
+    sink.write(other, id_batch([91]))
+    sink.sweep([AttemptRange(names.query_key, "pg", 1, 0, 2, 4)], frozenset())
     with pytest.raises(RetriableError):
-        sink.write(zombie, id_batch([91]))
-    sink.write(handle, id_batch([1]))
-    receipt = sink.prepare(handle)
-
-    # A late attempt prepares under the same gid after the decided one committed: a
-    # later (recovery) commit must neither commit it nor fail.
-    sink.commit(txn, receipt)
-    late = sink.begin(pool.transaction(0, 0, "late"))
-    sink.write(late, id_batch([99]))
-    sink.prepare(late)
-    assert prepared_gids(admin, names) == [txn.txn_id]
-    sink.recover_commit(txn, receipt)
-    assert table_ids(admin, names.table) == [1]
-    assert prepared_gids(admin, names) == []
+        sink.write(zombie, id_batch([92]))
+    sink.commit(pool.transaction(1, 1, 1, 0), sink.prepare(other))
+    assert table_ids(admin, names.table) == [91] and prepared_gids(admin, names) == []
 
 
 def test_task_retry_after_prepare_rolls_back_the_first_attempt(pg_server, names, admin):
@@ -170,7 +192,8 @@ def test_task_retry_after_prepare_rolls_back_the_first_attempt(pg_server, names,
     coord.run_batch(0, ids_runner([[1, 2], [3]]))
     assert table_ids(admin, names.table) == [1, 2, 3]
     decided = log.batches()[0].decided
-    assert decided is not None and decided["participants"][0]["attempt"].endswith("-a1")
+    assert decided is not None and decided["participants"][0]["attempt"] == "b0r0a1"
+    assert prepared_gids(admin, names) == []  # the dead attempt's gid was swept
 
 
 def test_constraint_violation_fails_the_whole_batch(pg_server, names, admin):
@@ -331,18 +354,18 @@ def test_lost_connection_mid_write_fails_the_batch_then_rerun_works(pg_server, n
         if partition == 1:  # partition 0 prepared; now cut every other sink session
             with admin.cursor() as cur:
                 cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                            "application_name LIKE 'sparkeos%' AND pid <> pg_backend_pid()")
+                            "application_name LIKE 'seos-%' AND pid <> pg_backend_pid()")
 
     sink.validate(id_batch([1]).schema)
     pool = TransactionPool(names.query_key, "pg")
-    handle = sink.begin(pool.transaction(5, 0, "x"))
+    handle = sink.begin(pool.transaction(5, 0, 0, 0))
     with admin.cursor() as cur:
         cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                    "application_name LIKE 'sparkeos-%' AND pid <> pg_backend_pid()")
+                    "application_name LIKE 'seos-%' AND pid <> pg_backend_pid()")
     with pytest.raises(RetriableError, match="writing 1 rows failed") as info:
         sink.write(handle, id_batch([1]))
     assert "restarting the query re-runs it" in str(info.value)
-    sink.abort(handle, pool.transaction(5, 0, "x"))
+    sink.abort(handle, pool.transaction(5, 0, 0, 0))
 
     coordinator(sink, log, names).run_batch(0, ArrowRunner(
         [id_batch([1]), id_batch([2])], before_attempt=kill_writer))
@@ -413,7 +436,7 @@ def test_prepared_transactions_disabled_or_used_up(tiny_server, names):
                           create_table=True, marker_table=names.marker)
     upsert.validate(id_batch([1]).schema)  # creates the table; upsert prepares nothing
     pool = TransactionPool(names.query_key, "pg")
-    txn = pool.transaction(0, 0)
+    txn = pool.transaction(0, 0, 0, 0)
     with pytest.raises(ConfigurationError, match="ALTER SYSTEM SET max_prepared"):
         _prepare_without_validate(sink, txn)
 
@@ -433,7 +456,7 @@ def _prepare_without_validate(sink: PostgresSink, txn: Any) -> None:
         cur.execute(f'CREATE TABLE IF NOT EXISTS "{sink.marker_table}" (query_key text, '
                     'sink text, batch_id bigint, "partition" integer, txn_id text, '
                     "attempt text, committed_at timestamptz, "
-                    'PRIMARY KEY (query_key, sink, batch_id, "partition"))')
+                    'PRIMARY KEY (query_key, sink, batch_id, "partition", txn_id))')
     conn.close()
     handle = sink.begin(txn)
     sink.write(handle, id_batch([1]))
@@ -457,8 +480,12 @@ def test_transactional_mode_under_at_least_once_commits_in_tasks(pg_server, name
     sink = sink_for(pg_server, names)
     coord = coordinator(sink, None, names, guarantee=Guarantee.AT_LEAST_ONCE)
     coord.run_batch(0, ids_runner([[1], [2]]))
-    coord.run_batch(0, ids_runner([[1], [2]]))  # a replay: at-least-once duplicates
-    assert table_ids(admin, names.table) == [1, 1, 2, 2]
+    assert table_ids(admin, names.table) == [1, 2] and prepared_gids(admin, names) == []
+    # A replay of the same partitions finds their markers and writes nothing; with other
+    # partitioning it would write again (at-least-once).
+    coord.run_batch(0, ids_runner([[1], [2]]))
+    coord.run_batch(0, ids_runner([[1], [2], [3]]))
+    assert table_ids(admin, names.table) == [1, 2, 3]
     assert prepared_gids(admin, names) == []
 
 

@@ -40,5 +40,9 @@ class TestKafkaSinkStaged(ConnectorConformance):
         return {"factory": "sparkeos.connectors.kafka.plain:plain_foreachbatch_writer",
                 "kwargs": {"bootstrap_servers": self.bootstrap, "topic": self.topic}}
 
+    def leftovers(self, workdir: str) -> list[str] | None:
+        staging = os.path.join(workdir, "staging")
+        return sorted(os.listdir(staging)) if os.path.isdir(staging) else []
+
     def visible_ids(self, workdir: str) -> list[int]:
         return [int(json.loads(m.value())["id"]) for m in read_topic(self.bootstrap, self.topic)]

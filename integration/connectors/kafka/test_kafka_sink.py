@@ -55,8 +55,8 @@ def values(bootstrap: str, topic: str, isolation: str = "read_committed") -> lis
     return [m.value() for m in read_topic(bootstrap, topic, isolation=isolation)]
 
 
-def pool_txn(batch: int, partition: int = 0, attempt: str = "a0") -> Transaction:
-    return TransactionPool("itq", "kafka-it").transaction(batch, partition, attempt)
+def pool_txn(batch: int, partition: int = 0, tag: int = 0, run: int = 0) -> Transaction:
+    return TransactionPool("itq", "kafka-it").transaction(batch, partition, run, tag)
 
 
 def stage(sink: KafkaSink, txn: Transaction, rows: list[int]) -> dict[str, Any]:
@@ -131,9 +131,9 @@ def test_zombie_task_attempt_is_fenced_by_the_next_attempt(
         kafka_bootstrap: str, topic: str, tmp_path: Any) -> None:
     """Direct mode: an attempt still producing after its retry began never commits."""
     sink = make_sink(kafka_bootstrap, topic, tmp_path, mode="direct")
-    zombie = sink.begin(pool_txn(0, 0, "attempt-0"))
+    zombie = sink.begin(pool_txn(0, 0, tag=0))
     sink.write(zombie, id_batch([100, 101]))
-    retry = sink.begin(pool_txn(0, 0, "attempt-1"))
+    retry = sink.begin(pool_txn(0, 0, tag=1))
     sink.write(retry, id_batch([1, 2]))
     with pytest.raises(TransactionAbortedError, match="fenced"):
         sink.write(zombie, id_batch([102]))
@@ -164,27 +164,27 @@ def test_marker_check_skips_an_already_committed_participant(
         kafka_bootstrap: str, topic: str, tmp_path: Any) -> None:
     sink = make_sink(kafka_bootstrap, topic, tmp_path)
     sink.validate(ID_SCHEMA)
-    txn = pool_txn(4, 1, "first")
+    txn = pool_txn(4, 1, tag=0)
     receipt = stage(sink, txn, [1, 2, 3])
     assert sink.probe(txn) is TxnState.PREPARED
     sink.commit(txn, receipt)
     assert ids(kafka_bootstrap, topic) == [1, 2, 3]
     assert sink.probe(txn) is TxnState.COMMITTED
-    assert not os.listdir(os.path.join(sink.staging_dir or "", sink.transactional_id(txn)))
+    assert not os.listdir(sink.staging_dir or "")
 
     # Commit again from the same receipt (a retried commit task): nothing new.
     sink.commit(txn, receipt)
     # A second attempt of the same (batch, partition) staged again and committed: the
     # marker says batch 4 of partition 1 is done, so it is skipped.
-    again = pool_txn(4, 1, "second")
+    again = pool_txn(4, 1, tag=1)
     sink.commit(again, stage(sink, again, [1, 2, 3, 99]))
     assert ids(kafka_bootstrap, topic) == [1, 2, 3]
     # Another participant of the same batch has its own marker.
-    other = pool_txn(4, 0, "first")
+    other = pool_txn(4, 0)
     assert sink.probe(other) is TxnState.ABSENT
     sink.commit(other, stage(sink, other, [7]))
     # The next batch on the same transactional ID (slot) is not skipped.
-    later = pool_txn(6, 1, "first")
+    later = pool_txn(6, 1)
     sink.commit(later, stage(sink, later, [8]))
     assert ids(kafka_bootstrap, topic) == [1, 2, 3, 7, 8]
 
@@ -209,23 +209,27 @@ def test_broken_marker_check_would_duplicate(
     assert ids(kafka_bootstrap, topic) == [1, 1, 2, 2]
 
 
-def test_rollback_aborts_an_open_transaction_and_deletes_staged_files(
+def test_rollback_deletes_one_attempt_and_commit_aborts_what_a_crash_left_open(
         kafka_bootstrap: str, topic: str, tmp_path: Any) -> None:
     direct = make_sink(kafka_bootstrap, topic, tmp_path, mode="direct")
-    txn = pool_txn(2, 0, "crashed")
-    handle = direct.begin(txn)
+    handle = direct.begin(pool_txn(2, 0, tag=0))
     direct.write(handle, id_batch([5, 6]))
     handle.producer.flush(10)  # the records are on the broker, the transaction open
     staged_sink = make_sink(kafka_bootstrap, topic, tmp_path,
                             transactional_id_prefix=direct.transactional_id_prefix)
-    staged = pool_txn(2, 0, "other")
-    stage(staged_sink, staged, [9])
-    assert staged_sink.probe(staged) is TxnState.PREPARED
-    staged_sink.rollback(staged)  # same transactional ID: aborts the open transaction
-    assert staged_sink.probe(staged) is TxnState.ABSENT
-    assert ids(kafka_bootstrap, topic) == []
-    assert ids(kafka_bootstrap, topic, "read_uncommitted") == [5, 6]
+    doomed, decided = pool_txn(2, 0, tag=1), pool_txn(2, 0, tag=2)
+    stage(staged_sink, doomed, [9])
+    receipt = stage(staged_sink, decided, [10])
+    assert staged_sink.probe(doomed) is TxnState.PREPARED
+    staged_sink.rollback(doomed)  # only this attempt's staged file
+    staged_sink.rollback(doomed)
     staged_sink.rollback(pool_txn(40, 3))  # never used: fine
+    assert staged_sink.probe(doomed) is TxnState.ABSENT
+    assert staged_sink.probe(decided) is TxnState.PREPARED
+    # Same participant (transactional.id): init_transactions aborts the open transaction.
+    staged_sink.commit(decided, receipt)
+    assert ids(kafka_bootstrap, topic) == [10]
+    assert ids(kafka_bootstrap, topic, "read_uncommitted") == [5, 6, 10]
 
 
 def test_commit_of_a_lost_staged_file_is_data_loss(
@@ -252,8 +256,10 @@ def test_transaction_timeout_above_the_broker_maximum_is_a_configuration_error(
     assert "transaction_timeout_ms" in str(caught.value)
     # Without the up-front check (e.g. no DescribeConfigs ACL), init_transactions says the
     # same, translated.
+    txn = pool_txn(0)
+    receipt = stage(sink, txn, [1])
     with pytest.raises(ConfigurationError, match=r"transaction\.max\.timeout\.ms"):
-        sink.rollback(pool_txn(0))
+        sink.commit(txn, receipt)
 
 
 def test_unreachable_broker_is_retriable_and_names_no_secret(tmp_path: Any) -> None:

@@ -24,7 +24,7 @@ def ids(path: str) -> list[int]:
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 def test_prepare_is_invisible_commit_is_idempotent(tmp_path, fmt):
     sink = FileSink(str(tmp_path), format=fmt)
-    txn = POOL.transaction(0, 0, "a")
+    txn = POOL.transaction(0, 0, 0, 0)
     handle = sink.begin(txn)
     sink.write(handle, id_batch([1, 2]))
     sink.write(handle, id_batch([3]))
@@ -40,24 +40,33 @@ def test_prepare_is_invisible_commit_is_idempotent(tmp_path, fmt):
     assert not os.listdir(tmp_path / STAGING_DIR)
 
 
-def test_rollback_removes_every_attempt(tmp_path):
+def test_rollback_touches_one_attempt_and_sweep_the_rest(tmp_path):
+    from sparkeos.core.txpool import AttemptRange
+
     sink = FileSink(str(tmp_path))
-    txn = POOL.transaction(2, 1, "a")
-    for attempt in ("a", "b"):
-        h = sink.begin(POOL.transaction(2, 1, attempt))
+    first, second = POOL.transaction(2, 1, 0, 0), POOL.transaction(2, 1, 0, 1)
+    for txn in (first, second):
+        h = sink.begin(txn)
         sink.write(h, id_batch([7]))
         sink.prepare(h)
-    sink.rollback(txn)
-    sink.rollback(txn)  # idempotent, and fine for IDs never used
-    sink.rollback(POOL.transaction(9, 9))
-    assert sink.probe(txn) is TxnState.ABSENT and ids(str(tmp_path)) == []
+    sink.rollback(first)
+    sink.rollback(first)  # idempotent, and fine for IDs never used
+    sink.rollback(POOL.transaction(9, 9, 0, 0))
+    assert sink.probe(first) is TxnState.ABSENT
+    assert sink.probe(second) is TxnState.PREPARED  # another attempt's: untouched
+    other = FileSink(str(tmp_path))
+    foreign = POOL.transaction(3, 0, 0, 0)  # not covered by the range below
+    other.prepare(other.begin(foreign))
+    sink.sweep([AttemptRange("q0", "files", 2, 0, 2, 4)], frozenset())
+    assert sink.probe(second) is TxnState.ABSENT and ids(str(tmp_path)) == []
+    assert sink.probe(foreign) is TxnState.OPEN
 
 
 def test_only_the_decided_attempt_is_committed(tmp_path):
     sink = FileSink(str(tmp_path))
-    zombie = sink.begin(POOL.transaction(0, 0, "zombie"))
+    zombie = sink.begin(POOL.transaction(0, 0, 0, 0))
     sink.write(zombie, id_batch([99]))
-    winner_txn = POOL.transaction(0, 0, "winner")
+    winner_txn = POOL.transaction(0, 0, 0, 1)
     winner = sink.begin(winner_txn)
     sink.write(winner, id_batch([1]))
     receipt = sink.prepare(winner)
@@ -68,7 +77,7 @@ def test_only_the_decided_attempt_is_committed(tmp_path):
 
 def test_empty_partition_commits_nothing(tmp_path):
     sink = FileSink(str(tmp_path))
-    txn = POOL.transaction(0, 0, "a")
+    txn = POOL.transaction(0, 0, 0, 0)
     receipt = sink.prepare(sink.begin(txn))
     sink.commit(txn, receipt)
     assert committed_files(str(tmp_path)) == []
@@ -76,7 +85,7 @@ def test_empty_partition_commits_nothing(tmp_path):
 
 def test_vanished_staging_of_a_decided_transaction_is_data_loss(tmp_path):
     sink = FileSink(str(tmp_path))
-    txn = POOL.transaction(4, 0, "a")
+    txn = POOL.transaction(4, 0, 0, 0)
     handle = sink.begin(txn)
     sink.write(handle, id_batch([1]))
     receipt = sink.prepare(handle)
@@ -84,6 +93,18 @@ def test_vanished_staging_of_a_decided_transaction_is_data_loss(tmp_path):
     with pytest.raises(DataLossError, match="batch=4") as info:
         sink.commit(txn, receipt)
     assert "What to do" in str(info.value)
+
+
+def test_two_sinks_of_one_query_share_a_directory(tmp_path):
+    """Issue 8, defect 1: part names carry the sink name."""
+    eu, us = TransactionPool("q0", "orders-eu"), TransactionPool("q0", "orders-us")
+    sink = FileSink(str(tmp_path))
+    for pool, rows in ((eu, [1, 2]), (us, [3])):
+        txn = pool.transaction(0, 0, 0, 0)
+        handle = sink.begin(txn)
+        sink.write(handle, id_batch(rows))
+        sink.commit(txn, sink.prepare(handle))
+    assert ids(str(tmp_path)) == [1, 2, 3]
 
 
 def test_validate_refuses_an_unwritable_directory(tmp_path):

@@ -1,0 +1,86 @@
+"""Marker rows: one per committed (query, sink, batch, partition), in the same
+transaction as the data.
+
+A marker tells a commit that finds its gid gone whether the transaction committed
+(a marker names it) or was lost (no marker). Markers are keyed by the attempt's
+transaction ID too, so concurrent attempts of one partition (a retry beside a dead
+attempt's prepared transaction, a speculative copy) never wait for each other on the
+marker; an attempt that begins after another attempt committed its partition sees
+that marker and writes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkeos.core.txpool import Transaction
+
+from .errors import MARKER_KEY_SUFFIX
+
+COMMENT = ("sparkeos: one row per committed (query, sink, batch, partition) of an "
+           "exactly-once PostgresSink, written in the same transaction as the data; "
+           "do not edit")
+
+
+def ensure_table(cur: Any, marker: Any) -> None:
+    """Create the marker table (``marker`` is a psycopg2 ``sql.Identifier``)."""
+    from psycopg2 import sql
+
+    cur.execute("SELECT to_regclass(%s)", (marker.as_string(cur.connection),))
+    if cur.fetchone()[0] is not None:
+        return
+    key = sql.Identifier(f"{marker.strings[-1][:40]}{MARKER_KEY_SUFFIX}")
+    cur.execute(sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {m} ("
+        " query_key text NOT NULL, sink text NOT NULL,"
+        " batch_id bigint NOT NULL, \"partition\" integer NOT NULL,"
+        " txn_id text NOT NULL, attempt text NOT NULL DEFAULT '',"
+        " committed_at timestamptz NOT NULL DEFAULT now(),"
+        " CONSTRAINT {k} PRIMARY KEY (query_key, sink, batch_id, \"partition\", txn_id))"
+    ).format(m=marker, k=key))
+    cur.execute(sql.SQL("COMMENT ON TABLE {m} IS %s").format(m=marker), (COMMENT,))
+
+
+def claim(cur: Any, marker: Any, txn: Transaction) -> bool:
+    """Insert ``txn``'s marker in its open transaction, unless another attempt already
+    committed this (batch, partition): then False, and the attempt writes nothing."""
+    from psycopg2 import sql
+
+    if partition_committed_by(cur, marker, txn) is not None:
+        return False
+    cur.execute(sql.SQL(
+        "INSERT INTO {m} (query_key, sink, batch_id, \"partition\", txn_id, attempt,"
+        " committed_at) VALUES (%s, %s, %s, %s, %s, %s, now())"
+    ).format(m=marker), (txn.query_key, txn.sink, txn.batch_id, txn.partition, txn.txn_id,
+                         txn.attempt))
+    return True
+
+
+def partition_committed_by(cur: Any, marker: Any, txn: Transaction) -> str | None:
+    """The transaction ID that committed ``txn``'s (batch, partition), if any."""
+    from psycopg2 import sql
+
+    cur.execute(sql.SQL(
+        "SELECT txn_id FROM {m} WHERE query_key = %s AND sink = %s AND batch_id = %s"
+        " AND \"partition\" = %s LIMIT 1").format(m=marker),
+        (txn.query_key, txn.sink, txn.batch_id, txn.partition))
+    row = cur.fetchone()
+    return None if row is None else str(row[0])
+
+
+def committed_txn(conn: Any, marker: Any, txn: Transaction) -> str | None:
+    """The transaction ID that committed ``txn``'s (batch, partition), if any."""
+    with conn.cursor() as cur:
+        return partition_committed_by(cur, marker, txn)
+
+
+def purge(cur: Any, marker: Any, txn: Transaction, retention: int) -> None:
+    """Delete markers of batches older than ``retention`` batches (partition 0 does it,
+    inside its own transaction)."""
+    from psycopg2 import sql
+
+    horizon = txn.batch_id - retention
+    if txn.partition == 0 and horizon > 0:
+        cur.execute(sql.SQL(
+            "DELETE FROM {m} WHERE query_key = %s AND sink = %s AND batch_id < %s"
+        ).format(m=marker), (txn.query_key, txn.sink, horizon))
