@@ -351,6 +351,9 @@ class Coordinator:
             participants = self._check_results(batch_id, partitions, results)
         except Exception as exc:
             self._abort_run(state, run, exc)
+            config_error = _task_configuration_error(exc, self.name, batch_id)
+            if config_error is not None:
+                raise config_error from exc
             raise TransactionAbortedError(
                 f"phase 1 (prepare) failed: {describe_cause(exc)}; every transaction of "
                 "the batch was rolled back",
@@ -604,6 +607,24 @@ class Coordinator:
 
     def _fields(self, batch_id: int) -> dict[str, Any]:
         return {"query": self.pool.query_key, "sink": self.name, "batch": batch_id}
+
+
+def _task_configuration_error(exc: BaseException, sink: str,
+                              batch_id: int) -> ConfigurationError | None:
+    """A ``ConfigurationError`` a task raised reaches the driver as text inside Spark's
+    own exception; re-raise it as what it is (after the run was aborted)."""
+    if isinstance(exc, ConfigurationError):
+        return exc
+    cause = describe_cause(exc)
+    for kind in (SchemaMismatchError, ConfigurationError):
+        marker = f"{kind.__name__}: "
+        if marker in cause:
+            problem = cause.split(marker, 1)[1].strip()
+            return kind(f"{problem} (raised in a task; every transaction of the batch "
+                        "was rolled back)", sink=sink, batch_id=batch_id,
+                        fix="fix the configuration and restart the query; nothing of this "
+                        "batch was committed")
+    return None
 
 
 def _schema_fields(schema: pa.Schema) -> list[list[str]]:

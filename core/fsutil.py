@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 from .errors import AttemptFencedError, ConfigurationError
 from .txpool import Transaction
@@ -50,3 +51,32 @@ def claim_dir(directory: str, txn: Transaction) -> str:
             fix="nothing to do: Spark retries this task under the next attempt number",
         ) from None
     return directory
+
+
+SHARED_CHECK = ".driver-writes-here"
+
+
+def mark_driver_dir(directory: str) -> None:
+    """Leave the file ``require_shared`` looks for (the driver, in ``validate``)."""
+    check = os.path.join(directory, SHARED_CHECK)
+    if not os.path.exists(check):
+        with open(check, "w") as fh:
+            fh.write(f"{socket.gethostname()}\n")
+
+
+def require_shared(directory: str, what: str, txn: Transaction) -> None:
+    """In a task: refuse to stage into ``directory`` unless it is the one the driver
+    marked, i.e. the driver (and the other executors) will find what is staged there.
+
+    Raises ``ConfigurationError`` naming ``what`` and the fix; the batch is then
+    aborted before anything is decided."""
+    check = os.path.join(directory, SHARED_CHECK)
+    if not os.path.exists(check):
+        raise ConfigurationError(
+            f"{what} is not shared: the driver wrote {check}, but this executor (host "
+            f"{socket.gethostname()}) does not see it, so what it stages there could never "
+            "be committed",
+            sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+            fix="use a directory the driver and every executor reach at the same path "
+            "(NFS or another shared mount); nothing of this batch was committed",
+        )

@@ -30,16 +30,3 @@ def spark():  # type: ignore[no-untyped-def]
     yield session
     session.stop()
 
-
-@pytest.fixture(scope="session")
-def spark_cluster():  # type: ignore[no-untyped-def]
-    """A Spark standalone cluster (master + two workers on distinct loopback addresses),
-    started once per session and stopped at the end if this session started it."""
-    from sparkeos.testing import cluster
-
-    config = cluster.ClusterConfig.default()
-    was_running = cluster.status(config)
-    master = cluster.start(config)
-    yield master
-    if not was_running:
-        cluster.stop(config)

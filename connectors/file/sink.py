@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,13 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError, DataLossError
-from sparkeos.core.fsutil import claim_dir, fsync_path, require_writable_dir
+from sparkeos.core.fsutil import (
+    claim_dir,
+    fsync_path,
+    mark_driver_dir,
+    require_shared,
+    require_writable_dir,
+)
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
@@ -81,15 +88,18 @@ class FileSink(TransactionalSink[_Staged]):
 
     # -- driver ------------------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
+        staging = os.path.join(self.directory, STAGING_DIR)
         require_writable_dir(
-            os.path.join(self.directory, STAGING_DIR),
-            f"output directory {self.directory}",
+            staging, f"output directory {self.directory}",
             "create the directory and give the Spark user write access, or choose another "
             "path",
         )
+        mark_driver_dir(staging)
 
     # -- phase 1 -------------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Staged:
+        require_shared(os.path.join(self.directory, STAGING_DIR),
+                       f"output directory {self.directory}", txn)
         return _Staged(txn, claim_dir(self._txn_dir(txn.txn_id), txn),
                        self._final_name(txn))
 
@@ -110,7 +120,7 @@ class FileSink(TransactionalSink[_Staged]):
         if self.fsync:
             fsync_path(staged)
             fsync_path(handle.directory)
-        return {"file": handle.file_name, "rows": handle.rows}
+        return {"file": handle.file_name, "rows": handle.rows, "host": socket.gethostname()}
 
     def abort(self, handle: _Staged, txn: Transaction) -> None:
         if handle.writer is not None:
@@ -134,6 +144,17 @@ class FileSink(TransactionalSink[_Staged]):
                 except FileExistsError:
                     pass
                 except FileNotFoundError:
+                    staged_on = receipt.get("host")
+                    if staged_on and staged_on != socket.gethostname():
+                        raise ConfigurationError(
+                            f"staged file {staged} was written on host {staged_on}, but "
+                            f"the commit runs on {socket.gethostname()}, where it does not "
+                            "exist: the output directory is not shared",
+                            sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+                            fix="make the directory reachable at the same path from the "
+                            "driver and every executor, then restart the query: the batch "
+                            "is decided and is committed then",
+                        ) from None
                     raise DataLossError(
                         f"staged file {staged} of a decided transaction is gone and {final} "
                         "does not exist",

@@ -3,8 +3,9 @@
 =========================================  ===============================================
 Kafka error                                sparkeos error
 =========================================  ===============================================
-fenced (``_FENCED``, ``PRODUCER_FENCED``,  ``TransactionAbortedError`` in phase 1 (another
-``INVALID_PRODUCER_EPOCH``, ...)           attempt took the transactional ID over);
+fenced (``_FENCED``, ``PRODUCER_FENCED``,  ``AttemptFencedError`` in phase 1 (a newer
+``INVALID_PRODUCER_EPOCH``, ...; also      attempt took the transactional ID over);
+behind ``_FATAL``, see ``underlying``)
                                            ``RetriableError`` in phase 2 / recovery (the
                                            batch is decided; a restart finishes it)
 ``INVALID_TRANSACTION_TIMEOUT``            ``ConfigurationError`` (lower the timeout or
@@ -27,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkeos.core.errors import (
+    AttemptFencedError,
     ConfigurationError,
     RetriableError,
     SparkEOSError,
@@ -68,6 +70,20 @@ def error_name(exc: BaseException) -> str | None:
         return str(err.name())
     except Exception:
         return None
+
+
+def underlying(producer: Any, exc: BaseException) -> BaseException:
+    """The error behind a ``_FATAL`` one. librdkafka reports a producer's fatal error
+    (e.g. fencing by a newer attempt) as ``_FATAL: Local: Fatal error`` from the call
+    that hit it; serving the producer's events raises the original error instead."""
+    if producer is None or error_name(exc) != "_FATAL":
+        return exc
+    try:
+        producer.poll(0)
+    except Exception as original:
+        if _kafka_error(original) is not None:
+            return original
+    return exc
 
 
 def is_fenced(exc: BaseException) -> bool:
@@ -138,15 +154,16 @@ def translate(
             "transaction.max.timeout.ms (default 900000), or raise that broker setting",
         )
     if name in _FENCED:
-        text = (f"{problem}; the producer was fenced: another producer initialised the same "
-                "transactional.id (a newer attempt of this task, a restarted query, or a "
-                "second query using the same sink name and checkpoint)")
+        text = (f"{problem}; this attempt was fenced by a newer attempt: another producer "
+                "initialised the same transactional.id (a newer attempt of this task, a "
+                "restarted query, or a second query using the same sink name and "
+                "checkpoint)")
         if phase == PHASE1:
-            return TransactionAbortedError(
+            return AttemptFencedError(
                 text, **where,
-                fix="usually nothing: the newer attempt owns the transaction; if two queries "
-                "share a transactional ID, give each its own sink name or "
-                "transactional_id_prefix",
+                fix="usually nothing: the newer attempt owns the transaction and Spark "
+                "keeps its result; if two queries share a transactional ID, give each its "
+                "own sink name or transactional_id_prefix",
             )
         return RetriableError(
             f"{text}; {decided_note}", **where,

@@ -28,7 +28,9 @@ phase 2. The two modes deal with that differently.
     commits; a reader with ``require_stable`` (librdkafka's ``committed()`` under
     ``read_committed``) never sees a pending one. "Batch N of participant p is
     committed" is then ``committed offset >= N + 1`` (batches of a query commit in
-    order).
+    order). The same transaction writes a PROGRESS record to ``marker_topic`` (key:
+    the group name, value: ``{"batch": N}``); the topic is compacted, so the last
+    record of every participant is kept for ever (see "Marker retention").
 
 ``mode="direct"`` (opt-in, faster; at-least-once with replay deduplication)
     Each task opens the Kafka transaction itself in phase 1, produces its partition,
@@ -47,10 +49,12 @@ aborted. Staged files of a zombie task attempt are never named by ``decided(N)``
 are deleted by the coordinator's sweeps.
 
 Marker retention: consumer-group offsets of an idle group are removed by the broker
-after ``offsets.retention.minutes`` (default 7 days). Every commit refreshes them, so
-a running query is unaffected; a query stopped with a decided-but-unfinished batch and
-restarted after that period could publish that batch's already committed participants
-again. Keep ``offsets.retention.minutes`` above the longest outage you tolerate.
+after ``offsets.retention.minutes`` (default 7 days). Every commit refreshes them, so a
+running query is unaffected, and within a run a commit follows its decision at once.
+After a restart, when a marker offset is absent (expired while the query was down, or
+never written), the recovering commit reads the progress records instead (a scan of
+the compacted marker topic with ``read_committed``), so exactly-once does not depend
+on the outage being short.
 """
 
 from __future__ import annotations
@@ -76,7 +80,13 @@ from sparkeos.core.errors import (
     RetriableError,
     SparkEOSError,
 )
-from sparkeos.core.fsutil import claim_dir, fsync_path, require_writable_dir
+from sparkeos.core.fsutil import (
+    claim_dir,
+    fsync_path,
+    mark_driver_dir,
+    require_shared,
+    require_writable_dir,
+)
 from sparkeos.core.protocol import (
     CommitLocation,
     Receipt,
@@ -87,7 +97,16 @@ from sparkeos.core.protocol import (
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from . import clients
-from .errors import DRIVER, PHASE1, PHASE2, is_fenced, is_retriable, requires_abort, translate
+from .errors import (
+    DRIVER,
+    PHASE1,
+    PHASE2,
+    is_fenced,
+    is_retriable,
+    requires_abort,
+    translate,
+    underlying,
+)
 from .serde import RecordLayout, check_format, iter_records
 
 MODES = ("staged", "direct")
@@ -95,6 +114,7 @@ STAGED_FILE = "records.arrow"
 STAGING_ENV = "SPARKEOS_KAFKA_STAGING_DIR"
 DEFAULT_MARKER_TOPIC = "sparkeos-markers"
 DEFAULT_MARKER_GROUP_PREFIX = "sparkeos-marker."
+MARKER_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
 BROKER_MAX_TXN_TIMEOUT = "transaction.max.timeout.ms"
 _SECRET_KEY = re.compile(r"password|secret|credential|token|private|\.pem$|ssl_key|"
                          r"oauthbearer\.config|jaas", re.IGNORECASE)
@@ -165,7 +185,8 @@ class KafkaSink(TransactionalSink[_Handle]):
     headers_column: str | None = None
     key_format: str | None = None
     value_format: str | None = None
-    producer_config: Mapping[str, Any] = field(default_factory=dict)
+    producer_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """May hold passwords and keys: left out of ``repr`` (``describe()`` shows the rest)."""
     mode: str = "staged"
     staging_dir: str | None = None
     fsync: bool = True
@@ -341,6 +362,8 @@ class KafkaSink(TransactionalSink[_Handle]):
             )
         if self.marker_topic not in metadata.topics:
             self._create_marker_topic(admin, len(metadata.brokers))
+        else:
+            self._check_marker_topic(admin)
         auto_create = str(broker_config.get("auto.create.topics.enable", "true")).lower()
         if self.topic is not None and self.topic not in metadata.topics and auto_create == "false":
             raise ConfigurationError(
@@ -373,7 +396,8 @@ class KafkaSink(TransactionalSink[_Handle]):
         from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
         topic = NewTopic(self.marker_topic, num_partitions=1,
-                         replication_factor=max(1, min(3, brokers)))
+                         replication_factor=max(1, min(3, brokers)),
+                         config=dict(MARKER_TOPIC_CONFIG))
         try:
             admin.create_topics([topic], request_timeout=self.timeout_s)[
                 self.marker_topic].result(timeout=self.timeout_s)
@@ -383,10 +407,36 @@ class KafkaSink(TransactionalSink[_Handle]):
             raise ConfigurationError(
                 f"the marker topic {self.marker_topic!r} does not exist and could not be "
                 f"created on {self.bootstrap} ({_short(exc)})",
-                fix=f"create it once with 1 partition (kafka-topics.sh --create --topic "
-                f"{self.marker_topic} --partitions 1), or grant CREATE on it; never delete "
-                "it while queries use it (the broker drops the markers of deleted topics)",
+                fix=f"create it once with 1 partition, compacted (kafka-topics.sh --create "
+                f"--topic {self.marker_topic} --partitions 1 --config cleanup.policy=compact), "
+                "or grant CREATE on it; never delete it while queries use it (the broker "
+                "drops the markers of deleted topics)",
             ) from None
+
+    def _check_marker_topic(self, admin: Any) -> None:
+        """The progress records must never expire: the marker topic is compacted only."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            ConfigResource,
+            ResourceType,
+        )
+
+        try:
+            futures = admin.describe_configs(
+                [ConfigResource(ResourceType.TOPIC, self.marker_topic)],
+                request_timeout=self.timeout_s)
+            entries = next(iter(futures.values())).result(timeout=self.timeout_s)
+        except Exception:
+            return  # no DescribeConfigs ACL: the topic is taken as created by this sink
+        policy = str(getattr(entries.get("cleanup.policy"), "value", "compact"))
+        if policy.replace(" ", "") != "compact":
+            raise ConfigurationError(
+                f"the marker topic {self.marker_topic!r} has cleanup.policy={policy}: its "
+                "progress records would be deleted after retention.ms, and a query stopped "
+                "longer than that could publish a committed batch again",
+                fix=f"kafka-configs.sh --alter --entity-type topics --entity-name "
+                f"{self.marker_topic} --add-config cleanup.policy=compact (or use another "
+                "marker_topic); nothing was written",
+            )
 
     def _check_staging_dir(self) -> None:
         require_writable_dir(
@@ -395,10 +445,12 @@ class KafkaSink(TransactionalSink[_Handle]):
             f"KafkaSink(staging_dir=...) / ${STAGING_ENV} to a directory every executor "
             "can reach at the same path",
         )
+        mark_driver_dir(self._staging_root())
 
     # -- phase 1 (tasks) ---------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Handle:
         if self.mode == "staged":
+            require_shared(self._staging_root(), f"staging_dir {self._staging_root()}", txn)
             return _Handle(txn, directory=claim_dir(self._txn_dir(txn), txn))
         handle = _Handle(txn)
         producer = self._init_producer(txn, PHASE1)
@@ -429,7 +481,8 @@ class KafkaSink(TransactionalSink[_Handle]):
         try:
             self._produce(handle.producer, records, handle.txn)
         except BaseException as exc:
-            raise self._error(exc, handle.txn, PHASE1, "produce") from None
+            raise self._error(underlying(handle.producer, exc), handle.txn, PHASE1,
+                              "produce") from None
 
     def prepare(self, handle: _Handle) -> Receipt:
         txn = handle.txn
@@ -454,6 +507,7 @@ class KafkaSink(TransactionalSink[_Handle]):
         try:
             self._commit_with_marker(producer, txn)
         except BaseException as exc:
+            exc = underlying(producer, exc)
             _abort_quietly(producer, self.timeout_s)
             raise self._error(exc, txn, PHASE1, "commit transaction") from None
         finally:
@@ -476,6 +530,14 @@ class KafkaSink(TransactionalSink[_Handle]):
 
     # -- phase 2 / recovery -------------------------------------------------------------------
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
+        self._commit(txn, receipt, recovering=False)
+
+    def recover_commit(self, txn: Transaction, receipt: Receipt) -> None:
+        """After a restart, a marker offset may have expired while the query was down:
+        then the progress record (which does not expire) says whether N is committed."""
+        self._commit(txn, receipt, recovering=True)
+
+    def _commit(self, txn: Transaction, receipt: Receipt, *, recovering: bool) -> None:
         if receipt.get("mode") == "direct":
             return  # committed by its task in phase 1
         if not receipt.get("file") or not receipt.get("rows"):
@@ -486,7 +548,7 @@ class KafkaSink(TransactionalSink[_Handle]):
         while True:
             attempt += 1
             try:
-                self._publish(txn, receipt)
+                self._publish(txn, receipt, recovering)
                 break
             except SparkEOSError:
                 raise
@@ -500,10 +562,10 @@ class KafkaSink(TransactionalSink[_Handle]):
                 raise self._error(exc, txn, PHASE2, "commit") from None
         self._delete_staged(txn)
 
-    def _publish(self, txn: Transaction, receipt: Receipt) -> None:
+    def _publish(self, txn: Transaction, receipt: Receipt, recovering: bool) -> None:
         producer = self._init_producer(txn, PHASE2)
         try:
-            if self._committed_batch(txn, PHASE2) >= txn.batch_id:
+            if self._committed_batch(txn, PHASE2, recovering) >= txn.batch_id:
                 return  # committed before (an earlier attempt or run): idempotent
             path = self._staged_path(txn, receipt)
             producer.begin_transaction()
@@ -512,9 +574,12 @@ class KafkaSink(TransactionalSink[_Handle]):
                 for i in range(reader.num_record_batches):
                     self._produce(producer, reader.get_batch(i), txn)
             self._commit_with_marker(producer, txn)
-        except BaseException:
+        except BaseException as exc:
+            original = underlying(producer, exc)
             _abort_quietly(producer, self.timeout_s)
-            raise
+            if original is exc:
+                raise
+            raise original from None
         finally:
             clients.close_quietly(producer)
 
@@ -575,8 +640,14 @@ class KafkaSink(TransactionalSink[_Handle]):
             raise self._error(exc, txn, phase, "init_transactions") from None
         return producer
 
-    def _committed_batch(self, txn: Transaction, phase: str) -> int:
-        """The last batch committed for ``txn``'s participant (-1 if none)."""
+    def _committed_batch(self, txn: Transaction, phase: str, recovering: bool = False) -> int:
+        """The last batch committed for ``txn``'s participant (-1 if none).
+
+        The marker offset answers in one call. It is absent before the participant's
+        first commit, and after the broker expired it (``offsets.retention.minutes``
+        after the last commit, when a query stayed down that long). Within a run a
+        commit follows its decision at once, so absent means "not committed"; a
+        recovery asks the progress records, which never expire, instead."""
         from confluent_kafka import TopicPartition
 
         group = self.marker_group(txn)
@@ -592,13 +663,31 @@ class KafkaSink(TransactionalSink[_Handle]):
         if part.error is not None:
             raise self._error(RuntimeError(str(part.error)), txn, phase, "marker read")
         offset = int(part.offset)
-        return offset - 1 if offset >= 0 else -1
+        if offset >= 0:
+            return offset - 1
+        return self._progress_batch(txn, phase) if recovering else -1
+
+    def _progress_batch(self, txn: Transaction, phase: str) -> int:
+        """The batch of the participant's last committed progress record (-1 if none):
+        a read of the compacted marker topic with ``read_committed``."""
+        key = self.marker_group(txn).encode()
+        try:
+            records = read_topic(self.bootstrap_servers, self.marker_topic,
+                                 timeout_s=self.timeout_s, config=self.producer_config)
+        except BaseException as exc:
+            raise self._error(exc, txn, phase, "progress read") from None
+        batches = [int(json.loads(r.value())["batch"]) for r in records if r.key() == key]
+        return max(batches, default=-1)
 
     def _commit_with_marker(self, producer: Any, txn: Transaction) -> None:
         from confluent_kafka import TopicPartition
 
         group = self.marker_group(txn)
         consumer = clients.marker_consumer(self.client_config(), group)
+        # The progress record: the marker that never expires (a compacted topic keeps
+        # the last record per participant), in the same transaction as the records.
+        producer.produce(self.marker_topic, json.dumps({"batch": txn.batch_id}).encode(),
+                         group.encode(), partition=0)
         marker = [TopicPartition(self.marker_topic, 0, txn.batch_id + 1)]
         self._retrying(lambda: producer.send_offsets_to_transaction(
             marker, consumer.consumer_group_metadata(), self.timeout_s))

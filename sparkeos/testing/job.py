@@ -3,9 +3,11 @@
     python -m sparkeos.testing.job spec.json
 
 The spec (JSON) names the input directory of JSON-lines files (``id``, ``payload``),
-the checkpoint, the mode (``exactly_once``, ``at_least_once`` or ``plain``) and the
-sink as ``{"factory": "module:callable", "kwargs": {...}}``. For ``plain`` the factory
-returns a foreachBatch function (what users write without sparkeos). Faults come from
+the checkpoint, the mode (``exactly_once``, ``at_least_once``, ``plain`` or
+``function``) and the sink as ``{"factory": "module:callable", "kwargs": {...}}``. For
+``plain`` the factory returns a foreachBatch function (what users write without
+sparkeos); for ``function`` it returns a foreachBatch function that uses sparkeos
+itself (several sinks in one query, say). Faults come from
 ``SPARKEOS_FAULT`` (see ``sparkeos.core.faults``); in plain mode any fault kills the
 driver after the batch named in it was written, before Spark records the batch.
 """
@@ -129,6 +131,10 @@ def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
     with open(spec_path, "w") as fh:
         json.dump(spec, fh)
     child_env = {**os.environ, **(env or {})}
+    # What the test process can import (a sink factory beside the tests), the job can.
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        [p for p in sys.path if p] + [child_env["PYTHONPATH"]]
+        if child_env.get("PYTHONPATH") else [p for p in sys.path if p])
     child_env.pop(ENV_VAR, None)
     if fault:
         child_env[ENV_VAR] = fault
@@ -172,6 +178,8 @@ def main(argv: list[str]) -> int:
     batch_fn: Callable[[Any, int], None]
     if spec.mode == "plain":
         batch_fn = crash_after_write(target)
+    elif spec.mode == "function":
+        batch_fn = target
     else:
         batch_fn = with_guarantee(target, spec.name, spec.mode)
     query = (df.writeStream.foreachBatch(batch_fn)

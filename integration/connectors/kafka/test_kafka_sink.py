@@ -17,10 +17,10 @@ from sparkeos.core.commitlog import CommitLog, LocalStore
 from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import (
+    AttemptFencedError,
     ConfigurationError,
     RetriableError,
     SchemaMismatchError,
-    TransactionAbortedError,
 )
 from sparkeos.core.protocol import Transaction, TxnState
 from sparkeos.core.txpool import TransactionPool
@@ -60,6 +60,7 @@ def pool_txn(batch: int, partition: int = 0, tag: int = 0, run: int = 0) -> Tran
 
 
 def stage(sink: KafkaSink, txn: Transaction, rows: list[int]) -> dict[str, Any]:
+    sink._check_staging_dir()  # what validate does on the driver: marks the directory
     handle = sink.begin(txn)
     sink.write(handle, id_batch(rows))
     return sink.prepare(handle)
@@ -129,15 +130,17 @@ def test_zombie_producer_is_fenced(kafka_bootstrap: str, topic: str) -> None:
 
 def test_zombie_task_attempt_is_fenced_by_the_next_attempt(
         kafka_bootstrap: str, topic: str, tmp_path: Any) -> None:
-    """Direct mode: an attempt still producing after its retry began never commits."""
+    """Direct mode: an attempt still producing after its retry began never commits, and
+    says it was fenced, whichever call notices first (librdkafka may report the fence as
+    `_FATAL` from produce, or as a fenced commit)."""
     sink = make_sink(kafka_bootstrap, topic, tmp_path, mode="direct")
     zombie = sink.begin(pool_txn(0, 0, tag=0))
     sink.write(zombie, id_batch([100, 101]))
     retry = sink.begin(pool_txn(0, 0, tag=1))
     sink.write(retry, id_batch([1, 2]))
-    with pytest.raises(TransactionAbortedError, match="fenced"):
+    with pytest.raises(AttemptFencedError, match="fenced by a newer attempt"):
         sink.write(zombie, id_batch([102]))
-        sink.prepare(zombie)
+        sink.prepare(zombie)  # if producing did not notice the fence, committing does
     sink.prepare(retry)
     assert ids(kafka_bootstrap, topic) == [1, 2]
 
@@ -170,7 +173,7 @@ def test_marker_check_skips_an_already_committed_participant(
     sink.commit(txn, receipt)
     assert ids(kafka_bootstrap, topic) == [1, 2, 3]
     assert sink.probe(txn) is TxnState.COMMITTED
-    assert not os.listdir(sink.staging_dir or "")
+    assert [n for n in os.listdir(sink.staging_dir or "") if not n.startswith(".")] == []
 
     # Commit again from the same receipt (a retried commit task): nothing new.
     sink.commit(txn, receipt)
@@ -204,7 +207,7 @@ def test_broken_marker_check_would_duplicate(
     os.makedirs(os.path.dirname(staged), exist_ok=True)
     with open(staged, "wb") as fh:  # the staged file as before the first commit
         fh.write(backup)
-    monkeypatch.setattr(KafkaSink, "_committed_batch", lambda self, txn, phase: -1)
+    monkeypatch.setattr(KafkaSink, "_committed_batch", lambda self, txn, *args: -1)
     sink.commit(txn, receipt)
     assert ids(kafka_bootstrap, topic) == [1, 1, 2, 2]
 
@@ -392,3 +395,29 @@ def test_broker_restart_between_decision_and_commit(
     metrics = Coordinator(sink, config, log, "itq").run_batch(0, ListRunner([[1, 2], [3]]))
     assert metrics.outcome == "replayed"
     assert ids(kafka_bootstrap, topic) == [1, 2, 3]
+
+
+def test_repr_never_shows_producer_secrets(tmp_path: Any) -> None:
+    sink = KafkaSink("h:1", topic="t", staging_dir=str(tmp_path),
+                     producer_config={"sasl.password": "hunter2-canary",
+                                      "ssl.key.password": "canary-2"})
+    assert "canary" not in repr(sink) and "canary" not in str(sink.describe())
+
+
+def test_a_fatal_error_is_classified_by_the_error_behind_it() -> None:
+    """Issue 8, defect 5: librdkafka reports a fence as `_FATAL: Local: Fatal error`
+    from whichever call hits it; the user must read that the attempt was fenced."""
+    from confluent_kafka import KafkaError
+
+    from sparkeos.connectors.kafka.errors import PHASE1, translate, underlying
+
+    class FencedProducer:
+        def poll(self, timeout: float) -> int:
+            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by newer instance",
+                                            fatal=True))
+
+    fatal = KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True))
+    error = translate(underlying(FencedProducer(), fatal), sink="k", txn=pool_txn(0),
+                      phase=PHASE1, bootstrap="b:1", action="produce")
+    assert isinstance(error, AttemptFencedError)
+    assert "fenced by a newer attempt" in str(error) and "_FATAL" not in str(error)

@@ -24,6 +24,7 @@ def ids(path: str) -> list[int]:
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 def test_prepare_is_invisible_commit_is_idempotent(tmp_path, fmt):
     sink = FileSink(str(tmp_path), format=fmt)
+    sink.validate(ID_SCHEMA)
     txn = POOL.transaction(0, 0, 0, 0)
     handle = sink.begin(txn)
     sink.write(handle, id_batch([1, 2]))
@@ -37,13 +38,14 @@ def test_prepare_is_invisible_commit_is_idempotent(tmp_path, fmt):
     assert sink.probe(txn) is TxnState.COMMITTED
     table = read_output(str(tmp_path), fmt)
     assert sorted(table.column("id").to_pylist()) == [1, 2, 3]
-    assert not os.listdir(tmp_path / STAGING_DIR)
+    assert [n for n in os.listdir(tmp_path / STAGING_DIR) if not n.startswith(".")] == []
 
 
 def test_rollback_touches_one_attempt_and_sweep_the_rest(tmp_path):
     from sparkeos.core.txpool import AttemptRange
 
     sink = FileSink(str(tmp_path))
+    sink.validate(ID_SCHEMA)
     first, second = POOL.transaction(2, 1, 0, 0), POOL.transaction(2, 1, 0, 1)
     for txn in (first, second):
         h = sink.begin(txn)
@@ -55,6 +57,7 @@ def test_rollback_touches_one_attempt_and_sweep_the_rest(tmp_path):
     assert sink.probe(first) is TxnState.ABSENT
     assert sink.probe(second) is TxnState.PREPARED  # another attempt's: untouched
     other = FileSink(str(tmp_path))
+    other.validate(ID_SCHEMA)
     foreign = POOL.transaction(3, 0, 0, 0)  # not covered by the range below
     other.prepare(other.begin(foreign))
     sink.sweep([AttemptRange("q0", "files", 2, 0, 2, 4)], frozenset())
@@ -64,6 +67,7 @@ def test_rollback_touches_one_attempt_and_sweep_the_rest(tmp_path):
 
 def test_only_the_decided_attempt_is_committed(tmp_path):
     sink = FileSink(str(tmp_path))
+    sink.validate(ID_SCHEMA)
     zombie = sink.begin(POOL.transaction(0, 0, 0, 0))
     sink.write(zombie, id_batch([99]))
     winner_txn = POOL.transaction(0, 0, 0, 1)
@@ -77,6 +81,7 @@ def test_only_the_decided_attempt_is_committed(tmp_path):
 
 def test_empty_partition_commits_nothing(tmp_path):
     sink = FileSink(str(tmp_path))
+    sink.validate(ID_SCHEMA)
     txn = POOL.transaction(0, 0, 0, 0)
     receipt = sink.prepare(sink.begin(txn))
     sink.commit(txn, receipt)
@@ -85,6 +90,7 @@ def test_empty_partition_commits_nothing(tmp_path):
 
 def test_vanished_staging_of_a_decided_transaction_is_data_loss(tmp_path):
     sink = FileSink(str(tmp_path))
+    sink.validate(ID_SCHEMA)
     txn = POOL.transaction(4, 0, 0, 0)
     handle = sink.begin(txn)
     sink.write(handle, id_batch([1]))
@@ -99,6 +105,7 @@ def test_two_sinks_of_one_query_share_a_directory(tmp_path):
     """Issue 8, defect 1: part names carry the sink name."""
     eu, us = TransactionPool("q0", "orders-eu"), TransactionPool("q0", "orders-us")
     sink = FileSink(str(tmp_path))
+    sink.validate(ID_SCHEMA)
     for pool, rows in ((eu, [1, 2]), (us, [3])):
         txn = pool.transaction(0, 0, 0, 0)
         handle = sink.begin(txn)
@@ -121,3 +128,47 @@ def test_config_is_validated_at_construction():
         FileSink("s3://bucket/out")
     assert FileSink("/tmp/x").describe() == {"path": "/tmp/x", "format": "parquet",
                                              "compression": "snappy", "fsync": True}
+
+
+def test_a_directory_the_driver_does_not_share_is_refused_before_writing(tmp_path):
+    """Issue 8, defect 2: a task that does not see the driver's check file refuses
+    with a ConfigurationError naming the path, before anything is staged or decided."""
+    from sparkeos.core.commitlog import CommitLog
+    from sparkeos.core.config import CoordinatorConfig
+    from sparkeos.core.coordinator import Coordinator
+    from sparkeos.core.fsutil import SHARED_CHECK
+    from sparkeos.testing.inprocess import ListRunner, MemoryStore
+
+    sink = FileSink(str(tmp_path / "out"))
+    sink.validate(ID_SCHEMA)
+    check = tmp_path / "out" / STAGING_DIR / SHARED_CHECK
+    assert check.exists()
+
+    class ExecutorElsewhere(FileSink):
+        def begin(self, txn):
+            check.unlink(missing_ok=True)  # the executor's view of the directory
+            return super().begin(txn)
+
+    log = CommitLog(MemoryStore())
+    coord = Coordinator(ExecutorElsewhere(str(tmp_path / "out")),
+                        CoordinatorConfig(name="files"), log, "q0")
+    with pytest.raises(ConfigurationError, match="is not shared") as info:
+        coord.run_batch(0, ListRunner([[1], [2]]))
+    assert "same path" in str(info.value)
+    assert log.batches()[0].aborted == {0} and ids(str(tmp_path / "out")) == []
+    # Once the directory is shared (the driver's file is visible), the batch goes through.
+    Coordinator(sink, CoordinatorConfig(name="files"), log, "q0").run_batch(
+        0, ListRunner([[1], [2]]))
+    assert ids(str(tmp_path / "out")) == [1, 2]
+
+
+def test_a_staged_file_from_another_host_is_a_configuration_error(tmp_path):
+    sink = FileSink(str(tmp_path))
+    sink.validate(ID_SCHEMA)
+    txn = POOL.transaction(0, 0, 0, 0)
+    handle = sink.begin(txn)
+    sink.write(handle, id_batch([1]))
+    receipt = sink.prepare(handle)
+    sink.rollback(txn)
+    with pytest.raises(ConfigurationError, match="not shared"):
+        sink.commit(txn, {**receipt, "host": "another-host"})

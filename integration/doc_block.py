@@ -1,0 +1,77 @@
+"""Runs one Python code block of the docs, as a user would paste it (test harness).
+
+    python -m integration.doc_block spec.json
+
+The spec gives the block's code, the text replacements that point its placeholder
+hosts, paths and names at this test's own (``broker:9092`` -> the test broker, ...),
+and what to feed ``orders`` with. The block runs with ``orders`` (a streaming
+DataFrame of order_id / payload rows) defined unless it defines it itself; a
+``query`` it starts is run until the input is consumed, then stopped, and its
+failure fails the block; a function ``write(df, batch_id)`` it defines is called on a
+batch; a ``TransactionalSink`` subclass it defines with a ``path`` field writes two
+batches through the real coordinator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+from typing import Any
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as fh:
+        spec = json.load(fh)
+    code = spec["code"]
+    for old, new in spec["replace"].items():
+        code = code.replace(old, new)
+    module = types.ModuleType("__doc_block__")  # dataclasses look their module up
+    sys.modules[module.__name__] = module
+    namespace: dict[str, Any] = module.__dict__
+    if "orders =" not in code:
+        from sparkeos.core.spark import local_session
+
+        spark = local_session("doc-block")
+        namespace["orders"] = (spark.readStream.schema("order_id long, payload string")
+                               .json(spec["input"]))
+    exec(compile(code, spec["source"], "exec"), namespace)
+    query = namespace.get("query")
+    if query is not None:
+        query.processAllAvailable()
+        query.stop()
+        if query.exception() is not None:
+            raise RuntimeError(f"the block's query failed: {query.exception()}")
+    write = namespace.get("write")
+    if callable(write):
+        from sparkeos.core.spark import local_session
+
+        spark = local_session("doc-block")
+        write(spark.createDataFrame([(1, "a"), (2, "b")], "order_id long, payload string"), 0)
+    _run_sinks(namespace, spec["workdir"])
+    print("doc block ok")
+    return 0
+
+
+def _run_sinks(namespace: dict[str, Any], workdir: str) -> None:
+    import dataclasses
+
+    from sparkeos.core import Coordinator, CoordinatorConfig, TransactionalSink
+    from sparkeos.core.commitlog import CommitLog, LocalStore
+    from sparkeos.testing.inprocess import ListRunner
+
+    for value in list(namespace.values()):
+        if (isinstance(value, type) and issubclass(value, TransactionalSink)
+                and value.__module__ == "__doc_block__" and dataclasses.is_dataclass(value)
+                and "path" in {f.name for f in dataclasses.fields(value)}):
+            out = os.path.join(workdir, value.__name__)
+            log = CommitLog(LocalStore(os.path.join(workdir, value.__name__ + "-log")))
+            coord = Coordinator(value(path=out), CoordinatorConfig(name="doc"), log, "docq")
+            coord.run_batch(0, ListRunner([[1, 2], [3]]))
+            coord.run_batch(1, ListRunner([[4], []]))
+            assert all(s.status == "finished" for s in coord.states().values())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,45 @@
+"""sparkeos' pytest plugin: loaded automatically wherever sparkeos is installed
+(entry point ``pytest11``), so a connector in another repository runs the conformance
+suite with no ``pytest.ini``:
+
+    pytest tests/test_my_sink.py                                  # everything
+    pytest tests/test_my_sink.py -m "not chaos and not speculation"   # the fast subset
+
+Markers it registers: ``spark`` (needs Java and pyspark), ``chaos`` (kills and
+restarts Spark driver processes: slow), ``speculation`` (runs on a local Spark
+standalone cluster). Fixture: ``spark_cluster``, the master URL of a standalone cluster
+(a master and two workers on 127.0.0.2 / 127.0.0.3) started once per session and
+stopped at the end if the session started it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+MARKERS = {
+    "spark": "needs a local Spark (Java + pyspark)",
+    "chaos": "slow fault-injection test (driver killed and restarted); "
+             "deselect with -m 'not chaos'",
+    "speculation": "runs on a local Spark standalone cluster with speculative task "
+                   "attempts; deselect with -m 'not speculation'",
+}
+
+
+def pytest_configure(config: Any) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[str]:
+    from sparkeos.testing import cluster
+
+    config = cluster.ClusterConfig.default()
+    was_running = cluster.status(config)
+    master = cluster.start(config)
+    yield master
+    if not was_running:
+        cluster.stop(config)
