@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .commitlog import CommitLog, open_store, sink_log_location
+from .commitlog import IDENTITY_PINNED, CommitLog, open_store, sink_log_location
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
 from .errors import ConfigurationError, TransactionIdCollisionError
@@ -120,7 +120,12 @@ class ForeachBatchAdapter:
         self._lease_renewed = now
 
     def _claim_log(self, log: CommitLog, query_identity: str) -> str:
-        """Check (or record) that this log belongs to this query and this destination."""
+        """Check (or record) that this log belongs to this query and this destination.
+
+        The destination (``identity()``) is pinned once a batch is decided; until then a
+        changed destination is simply the new one (a first batch that failed against a
+        wrong database must not bind the sink name to it), unless a run without an
+        outcome may have left prepared state in the old one."""
         meta = log.read_meta()
         mine = {
             "query_id": query_identity,
@@ -133,21 +138,31 @@ class ForeachBatchAdapter:
             log.write_meta({**mine, "description": self.sink.describe(),
                             "created": time.time()})
             return str(mine["query_key"])
-        for field in ("query_id", "sink_type", "identity"):
+        for field in ("query_id", "sink_type"):
             if meta.get(field) != mine[field]:
-                raise TransactionIdCollisionError(
-                    f"the commit log at {log.location} belongs to another "
-                    f"{field.replace('_', ' ')}: recorded {meta.get(field)!r}, this run has "
-                    f"{mine[field]!r}; sharing it would mix two queries' transactions",
-                    sink=self.name,
-                    fix="give each query its own checkpointLocation and each sink of a query "
-                    "its own name; if the old query is gone for good, run "
-                    "`sparkeos recover` on it and delete that directory",
-                )
-        if meta.get("description") != self.sink.describe():
+                raise self._collision(log, field, meta.get(field), mine[field])
+        changed = meta.get("description") != self.sink.describe()
+        if meta.get("identity") != mine["identity"]:
+            if meta.get(IDENTITY_PINNED) or any(s.open_runs for s in log.batches().values()):
+                raise self._collision(log, "identity", meta.get("identity"), mine["identity"])
+            meta["identity"] = mine["identity"]  # nothing decided there yet: follow the fix
+            changed = True
+        if changed:
             meta["description"] = self.sink.describe()
             log.write_meta(meta)
         return str(meta["query_key"])
+
+    def _collision(self, log: CommitLog, field: str, recorded: Any,
+                   current: Any) -> TransactionIdCollisionError:
+        return TransactionIdCollisionError(
+            f"the commit log at {log.location} belongs to another "
+            f"{field.replace('_', ' ')}: recorded {recorded!r}, this run has {current!r}; "
+            "sharing it would mix two queries' transactions or destinations",
+            sink=self.name,
+            fix="give each query its own checkpointLocation and each sink of a query its "
+            "own name; if the old query or destination is gone for good, run `sparkeos "
+            "recover` with its old configuration and delete that directory",
+        )
 
 
 def with_guarantee(

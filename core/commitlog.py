@@ -42,6 +42,8 @@ DECIDED, ABORTED = "decided", "aborted"
 _KINDS = (BEGUN, OUTCOME, FINISHED)
 _RECORD = re.compile(r"^(\d{20})\.(begun|outcome|finished)(?:\.(\d+))?\.json$")
 META = "sink.json"
+IDENTITY_PINNED = "identity_pinned"
+"""Set in ``sink.json`` once a batch is decided: from then on the destination is fixed."""
 LEASE = "lease.json"
 LAST_ERROR = "last-error.json"
 
@@ -353,21 +355,34 @@ class CommitLog:
             return self._load(record_name(batch_id, kind, run))
 
     def batches(self) -> dict[int, BatchState]:
+        """Every batch's state; a record that cannot be read is a ``CommitLogError``."""
+        return self.scan(strict=True)[0]
+
+    def scan(self, strict: bool = False) -> tuple[dict[int, BatchState], list[str]]:
+        """The batches' states and, unless ``strict``, the records that could not be
+        read (as messages) instead of an error: what ``sparkeos status`` shows."""
         states: dict[int, BatchState] = {}
+        unreadable: list[str] = []
         for name in sorted(self.store.list_names()):
             parsed = parse_record_name(name)
             if parsed is None:
                 continue
             batch_id, kind, run = parsed
             state = states.setdefault(batch_id, BatchState(batch_id))
-            body = self._load(name)
+            try:
+                body = self._load(name)
+            except CommitLogError as exc:
+                if strict:
+                    raise
+                unreadable.append(exc.problem)
+                continue
             if kind == BEGUN and run is not None:
                 state.begun[run] = body
             elif kind == OUTCOME and run is not None:
                 state.outcomes[run] = body
             elif kind == FINISHED:
                 state.finished = body
-        return states
+        return states, unreadable
 
     def purge_before(self, batch_id: int, states: Iterable[BatchState]) -> None:
         """Delete resolved records of batches older than ``batch_id``."""

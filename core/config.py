@@ -61,6 +61,11 @@ class CoordinatorConfig:
     re-run, nothing is lost).
     ``lease_ttl_s``: how long the lease the running query renews every batch keeps
     ``sparkeos recover`` from acting (without ``--force``).
+    ``existing_output``: what to do when a sink whose commit log never decided a batch
+    finds committed output of the same sink name from another query (a lost or new
+    checkpoint): ``"refuse"`` (default: a ``ConfigurationError`` before anything is
+    written) or ``"accept"`` (write anyway: the rows of the old query stay, and
+    whatever this query re-processes is written again).
     """
 
     name: str
@@ -70,6 +75,7 @@ class CoordinatorConfig:
     commit_parallelism: int = 4
     task_attempts: int = 8
     lease_ttl_s: float = 300.0
+    existing_output: str = "refuse"
 
     def __post_init__(self) -> None:
         validate_sink_name(self.name)
@@ -90,6 +96,10 @@ class CoordinatorConfig:
                 sink=self.name,
                 fix="keep it above spark.task.maxFailures plus speculative copies (default 8)",
             )
+        if self.existing_output not in ("refuse", "accept"):
+            raise ConfigurationError(
+                f"existing_output={self.existing_output!r}", sink=self.name,
+                fix="use 'refuse' (default) or 'accept'")
         if not self.lease_ttl_s > 0:
             raise ConfigurationError(f"lease_ttl_s={self.lease_ttl_s} must be > 0",
                                      sink=self.name)

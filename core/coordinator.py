@@ -22,7 +22,16 @@ from typing import Any, Protocol, final
 
 import pyarrow as pa
 
-from .commitlog import ABORTED, BEGUN, DECIDED, FINISHED, OUTCOME, BatchState, CommitLog
+from .commitlog import (
+    ABORTED,
+    BEGUN,
+    DECIDED,
+    FINISHED,
+    IDENTITY_PINNED,
+    OUTCOME,
+    BatchState,
+    CommitLog,
+)
 from .config import CoordinatorConfig, Guarantee
 from .errors import (
     CommitLogError,
@@ -246,6 +255,7 @@ class Coordinator:
         self._states: dict[int, BatchState] | None = None
         self._meta: dict[str, Any] | None = None
         self._swept_all = False
+        self._existing_checked = False
 
     @property
     def name(self) -> str:
@@ -323,6 +333,7 @@ class Coordinator:
         # The sink judges the schema first: a batch it refuses must not pin anything.
         self.sink.validate(schema)
         self._check_schema(batch_id, schema)
+        self._check_existing_output(batch_id)
         partitions = runner.partitions()
         m.partitions = partitions
         if partitions == 0:
@@ -381,7 +392,7 @@ class Coordinator:
                 "again",
             )
         m.decide_ms = _ms(t1)
-        self._record_schema(schema)
+        self._pin_on_decision(schema)
         self.faults.decided(batch_id)
         self.faults.driver("after_decided", batch_id)
 
@@ -576,14 +587,42 @@ class Coordinator:
             "schema under a new sink name; nothing of this batch was written",
         )
 
-    def _record_schema(self, schema: pa.Schema) -> None:
-        """Pin the schema once a batch with it is decided (never before: a batch the sink
-        refused, or one that failed, must not make the corrected query look changed)."""
+    def _check_existing_output(self, batch_id: int) -> None:
+        """Before a sink that never decided a batch writes: refuse to write again what
+        another query (a lost checkpoint) committed under this sink name."""
+        if self._existing_checked or self.config.existing_output == "accept":
+            return
+        if self._recorded_meta().get(IDENTITY_PINNED):
+            self._existing_checked = True
+            return
+        found = self.sink.output_of_other_queries(self.pool.query_key, self.name)
+        if found:
+            raise ConfigurationError(
+                f"{type(self.sink).__name__} already holds committed output of sink name "
+                f"{self.name!r} written by another query ({found}), and this query's commit "
+                "log is new (a lost or different checkpoint): writing would put those rows "
+                "there twice",
+                sink=self.name, batch_id=batch_id,
+                fix="restore the checkpoint the output was written with; or start this "
+                "query where the old one stopped (e.g. a later startingOffsets) and pass "
+                "exactly_once(..., existing_output='accept'); or, to re-process on purpose "
+                "(the old rows stay), pass existing_output='accept'; or use another sink "
+                "name or destination. Nothing was written",
+            )
+        self._existing_checked = True
+
+    def _pin_on_decision(self, schema: pa.Schema) -> None:
+        """Pin the schema and the destination once a batch is decided (never before: a
+        batch the sink refused, or one that failed, must not make the corrected query
+        look changed)."""
         meta = self._recorded_meta()
-        if "schema" in meta:
+        if "schema" in meta and meta.get(IDENTITY_PINNED):
             return
         meta.update(self._require_log().read_meta() or {})
-        meta["schema"] = _schema_fields(schema)
+        meta.setdefault("schema", _schema_fields(schema))
+        meta["identity"] = meta.get("identity") if meta.get(IDENTITY_PINNED) else (
+            self.sink.identity())
+        meta[IDENTITY_PINNED] = True
         self._require_log().write_meta(meta)
 
     def _purge(self, batch_id: int) -> None:

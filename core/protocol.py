@@ -169,6 +169,14 @@ class TransactionalSink(ABC, Generic[H]):
                 if txn.txn_id not in keep:
                     self.rollback(txn)
 
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        """Describe committed output this destination holds under ``sink`` from another
+        query (another query key), or None. Asked once, before a sink whose commit log
+        has never decided a batch writes anything: a lost checkpoint would otherwise
+        make the restarted query write everything again, silently. Default: None (the
+        sink cannot tell)."""
+        return None
+
     def probe(self, txn: Transaction) -> TxnState:
         """Tell what the external system holds for ``txn`` (used by ``status``)."""
         return TxnState.UNKNOWN

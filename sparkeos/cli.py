@@ -89,8 +89,13 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
     report: list[dict[str, Any]] = []
     overrides = dict(item.split("=", 1) for item in args.set)
     for name, log in _sink_logs(args.checkpoint, args.sink, spark):
-        meta = log.read_meta() or {}
-        states = log.batches()
+        unreadable: list[str] = []
+        try:
+            meta = log.read_meta() or {}
+        except SparkEOSError as exc:
+            meta, unreadable = {}, [exc.problem]
+        states, problems = log.scan()
+        unreadable += problems
         pool = TransactionPool(str(meta.get("query_key", "?")), name) if meta else None
         batches = []
         for state in sorted(states.values(), key=lambda s: s.batch_id)[-args.last:]:
@@ -108,17 +113,21 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
             batches.append(entry)
         report.append({"sink": name, "type": meta.get("sink_type"),
                        "destination": meta.get("identity"), "query_key": meta.get("query_key"),
-                       "log": log.location, "lease": log.read_lease(), "batches": batches,
-                       "last_error": log.last_error()})
+                       "log": log.location, "lease": _quietly(log.read_lease),
+                       "batches": batches, "last_error": _quietly(log.last_error),
+                       "unreadable": unreadable})
     if args.json:
         print(json.dumps(report, indent=2, default=str))
-        return 0
+        return 2 if any(s["unreadable"] for s in report) else 0
     for sink in report:
         print(f"sink {sink['sink']}  ({sink['type']})  query {sink['query_key']}")
         print(f"  destination: {json.dumps(sink['destination'])}")
         print(f"  commit log:  {sink['log']}")
         if sink["lease"]:
-            print(f"  lease:       {_describe_lease(sink['lease'])}")
+            lease = sink["lease"]
+            lease_text = (f"unreadable ({lease['unreadable']})" if "unreadable" in lease
+                          else _describe_lease(lease))
+            print(f"  lease:       {lease_text}")
         print(f"  {'batch':>8}  {'status':<9} {'attempts':>8} {'rows':>8} {'participants':>12}")
         for b in sink["batches"]:
             print(f"  {b['batch']:>8}  {b['status']:<9} {b['attempts']:>8} "
@@ -135,11 +144,24 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
         unresolved = [b for b in sink["batches"] if "outstanding_txn_ids" in b]
         print(f"  unresolved batches: {len(unresolved)}"
               + ("  -> run `sparkeos recover`" if unresolved else ""))
+        for problem in sink["unreadable"]:
+            print(f"  UNREADABLE: {problem}")
+        if sink["unreadable"]:
+            print("  the batches above are what the other records say; restore the "
+                  "unreadable records from a backup of the checkpoint before `recover`")
         if sink["last_error"]:
             err = sink["last_error"]
             print(f"  last error (batch {err.get('batch_id')}, {err.get('type')}): "
                   f"{str(err.get('message', '')).splitlines()[0]}")
-    return 0
+    return 2 if any(s["unreadable"] for s in report) else 0
+
+
+def _quietly(read: Any) -> Any:
+    """A side file (lease, last error) that cannot be read does not hide the rest."""
+    try:
+        return read()
+    except SparkEOSError as exc:
+        return {"unreadable": exc.problem}
 
 
 def _describe_lease(lease: dict[str, Any]) -> str:
@@ -264,7 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         args.checkpoint = checkpoint
         return _status(args, spark) if args.command == "status" else _recover(args, spark)
     except SparkEOSError as exc:
-        print(f"sparkeos {args.command}: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):
+            print(json.dumps({"error": type(exc).__name__, "problem": exc.problem,
+                              "fix": exc.fix}, indent=2))
+        else:
+            print(f"sparkeos {args.command}: {exc}", file=sys.stderr)
         return 2
     finally:
         if spark is not None:

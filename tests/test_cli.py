@@ -111,3 +111,28 @@ def test_a_lease_of_a_dead_driver_does_not_block_recover(tmp_path, capsys):
                      "ttl_s": 300})
     assert main(["recover", ckpt]) == 0
     assert "batch 1 committed" in capsys.readouterr().out
+
+
+def test_status_shows_what_it_can_read_of_a_corrupt_log(tmp_path, capsys):
+    """Issue 15, defect 8: a corrupt record once made `status` abort, `--json` print
+    plain text, and the advice point back at `status` itself."""
+    import json
+    import os
+
+    from sparkeos.core.commitlog import OUTCOME, record_name
+
+    ckpt, _ = crashed_checkpoint(tmp_path, "after_decided")
+    log_dir = os.path.join(ckpt, "sparkeos", "files")
+    with open(os.path.join(log_dir, record_name(1, OUTCOME, 0)), "w") as fh:
+        fh.write("{truncated")
+    assert main(["status", ckpt]) == 2
+    out = capsys.readouterr().out
+    assert "finished" in out  # batch 0 is still shown
+    assert "UNREADABLE" in out and "not valid JSON" in out
+    assert "sparkeos status" not in out
+    assert main(["status", ckpt, "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report[0]["batches"][0]["status"] == "finished"
+    assert "not valid JSON" in report[0]["unreadable"][0]
+    assert main(["status", str(tmp_path / "nothing"), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["error"] == "ConfigurationError"

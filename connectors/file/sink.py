@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import socket
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 STAGING_DIR = ".sparkeos-staging"
 FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
+_PART = re.compile(r"^part-([^-]+)-(.+)-(\d{10})-(\d{5})\.(?:parquet|jsonl)$")
 
 
 @dataclass
@@ -174,6 +176,18 @@ class FileSink(TransactionalSink[_Staged]):
         for name in staged_attempts(self.path, ranges):
             if name not in keep:
                 shutil.rmtree(self._txn_dir(name), ignore_errors=True)
+
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        others: dict[str, int] = {}
+        for file in committed_files(self.path, self.format):
+            match = _PART.match(os.path.basename(file))
+            if match and match.group(2) == sink and match.group(1) != query_key:
+                others[match.group(1)] = max(others.get(match.group(1), -1),
+                                             int(match.group(3)))
+        if not others:
+            return None
+        return "part files of query keys " + ", ".join(
+            f"{key} (batches up to {last})" for key, last in sorted(others.items()))
 
     def probe(self, txn: Transaction) -> TxnState:
         directory = self._txn_dir(txn.txn_id)

@@ -61,8 +61,13 @@ def accepts(t: pa.DataType, typname: str, category: str) -> bool:
     """
     if pa.types.is_dictionary(t):
         return accepts(t.value_type, typname, category)
-    if pa.types.is_null(t) or _is_string(t):
-        return True  # NULLs fit anywhere; text is parsed by the column's input function
+    if pa.types.is_null(t):
+        return True  # NULLs fit anywhere
+    if _is_string(t):
+        # Text is parsed by the column's input function: fine for text, enums, uuid,
+        # json, inet...; numbers, booleans and dates/times must arrive typed, or one
+        # unparsable value fails the whole batch inside the tasks.
+        return category not in ("N", "B", "D", "T")
     if pa.types.is_integer(t) or pa.types.is_decimal(t):
         return category == "N"
     if pa.types.is_floating(t):

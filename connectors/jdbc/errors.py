@@ -7,6 +7,7 @@ password), which sink / batch / transaction, and what to do.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sparkeos.core.errors import (
@@ -73,6 +74,26 @@ _CONFIG_CODES = {
 }
 
 
+_REFUSALS = (
+    (re.compile(r'database "[^"]*" does not exist'),
+     "fix the database name in the DSN (dbname=...), or create the database"),
+    (re.compile(r'role "[^"]*" does not exist|password authentication failed|'
+                r"authentication failed for user|no pg_hba\.conf entry|"
+                r"pg_hba\.conf rejects connection"),
+     "fix the user or password in the DSN (PGPASSWORD / ~/.pgpass also work), or allow "
+     "this host in the server's pg_hba.conf"),
+)
+
+
+def _refused_connection(text: str) -> str | None:
+    """The fix for a connection the server refused (no database, bad credentials, a
+    pg_hba.conf rejection); psycopg2 gives these no SQLSTATE at connect time."""
+    for pattern, fix in _REFUSALS:
+        if pattern.search(text):
+            return fix
+    return None
+
+
 def pg_code(exc: BaseException) -> str | None:
     """The SQLSTATE of a psycopg2 error, else None."""
     code = getattr(exc, "pgcode", None)
@@ -116,17 +137,28 @@ def prepared_limit_error(
     batch_id: int | None = None,
     txn_id: str | None = None,
     target: str = "",
+    usage: str | None = None,
 ) -> ConfigurationError:
     where = f" on {target}" if target else ""
     if str(current) == "0":
         problem = (f"prepared transactions are disabled{where} (max_prepared_transactions = "
                    "0), so the exactly-once PostgreSQL sink cannot prepare its transactions")
+        fix = PREPARED_LIMIT_FIX
     else:
         shown = f" = {current}" if current is not None else ""
         problem = (f"PostgreSQL has no free prepared-transaction slot{where} "
                    f"(max_prepared_transactions{shown} is used up)")
-    return ConfigurationError(problem, sink=sink, batch_id=batch_id, txn_id=txn_id,
-                              fix=PREPARED_LIMIT_FIX)
+        if usage:
+            problem = f"{problem}: {usage}"
+        fix = ("look at SELECT gid, database, prepared FROM pg_prepared_xacts: gids starting "
+               "seos-<query key>-<sink>- belong to sparkeos sinks; for a query that no "
+               "longer runs, `sparkeos recover <its checkpointLocation>` commits or rolls "
+               "them back (never by hand while its commit log may still decide them); "
+               "orphans of other tools are ROLLBACK PREPARED '<gid>' by their owner. If the "
+               "slots are rightly in use, raise max_prepared_transactions to at least "
+               "2 x partitions x sinks writing to this server (a restart of PostgreSQL), or "
+               "write fewer partitions per batch; nothing of this batch was committed")
+    return ConfigurationError(problem, sink=sink, batch_id=batch_id, txn_id=txn_id, fix=fix)
 
 
 def translate_error(
@@ -183,6 +215,12 @@ def translate_error(
             "transaction ID committed first", **labels,
             fix="nothing to do: Spark keeps the attempt that committed",
         )
+    refused = _refused_connection(str(exc))
+    if refused is not None:
+        # The server answered and said no: retrying will not change its answer.
+        return ConfigurationError(
+            f"{doing} failed{where}: the server refused the connection: {message}",
+            **labels, fix=f"{refused}; {after}")
     if is_connection_error(exc) or code in _RETRIABLE_CODES:
         return RetriableError(
             f"{doing} failed{where}: {message}", **labels,

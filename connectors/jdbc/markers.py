@@ -84,3 +84,22 @@ def purge(cur: Any, marker: Any, txn: Transaction, retention: int) -> None:
         cur.execute(sql.SQL(
             "DELETE FROM {m} WHERE query_key = %s AND sink = %s AND batch_id < %s"
         ).format(m=marker), (txn.query_key, txn.sink, horizon))
+
+
+def other_queries(conn: Any, marker: Any, query_key: str, sink: str) -> str | None:
+    """Markers of ``sink`` committed by other queries (query keys), described."""
+    from psycopg2 import sql
+
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s)", (marker.as_string(conn),))
+        if cur.fetchone()[0] is None:
+            return None
+        cur.execute(sql.SQL(
+            "SELECT query_key, max(batch_id) FROM {m} WHERE sink = %s AND query_key <> %s"
+            " GROUP BY query_key ORDER BY 2 DESC LIMIT 3").format(m=marker),
+            (sink, query_key))
+        rows = cur.fetchall()
+    if not rows:
+        return None
+    return "marker rows of query keys " + ", ".join(
+        f"{key} (batches up to {last})" for key, last in rows)

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sparkeos.core.errors import TransactionIdCollisionError
@@ -127,3 +128,35 @@ def sweep(conn: Any, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> in
         if txn is not None and doomed(txn):
             rolled_back += rollback_prepared(conn, txn, gid, "sweep")
     return rolled_back
+
+
+@dataclass(frozen=True)
+class SlotUsage:
+    """Who holds the server's prepared-transaction slots."""
+
+    limit: int
+    total: int
+    mine: int
+    others: list[tuple[str, str, str]]  # (gid, database, prepared at), oldest first
+
+    def describe(self, prefix: str) -> str:
+        held = (f"{self.total} of max_prepared_transactions = {self.limit} are in use: "
+                f"{self.mine} by this sink (gids starting {prefix}), "
+                f"{self.total - self.mine} by others")
+        if self.others:
+            oldest = "; ".join(f"{gid} in {db} since {at}" for gid, db, at in self.others)
+            held += f" (oldest: {oldest})"
+        return held
+
+
+def usage(conn: Any, prefix: str) -> SlotUsage:
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_setting('max_prepared_transactions')::int,"
+                    " count(*), count(*) FILTER (WHERE left(gid, %s) = %s)"
+                    " FROM pg_prepared_xacts", (len(prefix), prefix))
+        limit, total, mine = cur.fetchone()
+        cur.execute("SELECT gid, database, prepared::text FROM pg_prepared_xacts"
+                    " WHERE left(gid, %s) <> %s ORDER BY prepared LIMIT 3",
+                    (len(prefix), prefix))
+        others = [(str(g), str(d), str(p)) for g, d, p in cur.fetchall()]
+    return SlotUsage(int(limit), int(total), int(mine), others)

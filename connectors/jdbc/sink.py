@@ -59,12 +59,13 @@ from sparkeos.core.errors import (
 )
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
-from sparkeos.core.txpool import AttemptRange
+from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from . import arrowpg, markers, prepared
 from . import dsn as dsn_mod
 from .connections import POOL, discard
 from .errors import (
+    OUT_OF_MEMORY,
     UNDEFINED_OBJECT,
     pg_code,
     prepared_limit_error,
@@ -545,6 +546,14 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             POOL.run(self.dsn, self.connect_timeout_s,
                      lambda conn: prepared.sweep(conn, ranges, keep))
 
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        if self.mode == "upsert":
+            return None  # upserts rewrite the same rows: a replay is harmless
+        marker = self._ident(self.marker_table)
+        with self._db("looking for this sink's output from other queries", phase="setup"):
+            return POOL.run(self.dsn, self.connect_timeout_s,
+                            lambda conn: markers.other_queries(conn, marker, query_key, sink))
+
     def probe(self, txn: Transaction) -> TxnState:
         if self.mode == "upsert":
             return TxnState.UNKNOWN
@@ -590,7 +599,21 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             )
             if translated is exc:
                 raise
+            if pg_code(exc) == OUT_OF_MEMORY and txn is not None:
+                translated = self._pool_full_error(txn, translated)
             raise translated from exc
+
+    def _pool_full_error(self, txn: Transaction, error: Any) -> Any:
+        """Say who holds the prepared-transaction slots, and how to free orphans."""
+        prefix = TransactionPool(txn.query_key, txn.sink).prefix
+        try:
+            usage = POOL.run(self.dsn, self.connect_timeout_s,
+                             lambda conn: prepared.usage(conn, prefix))
+        except Exception:
+            return error  # the plain advice is still right
+        return prepared_limit_error(
+            usage.limit, sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+            target=self._target, usage=usage.describe(prefix))
 
     def _ident(self, name: str) -> Any:
         from psycopg2 import sql

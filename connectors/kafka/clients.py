@@ -108,6 +108,48 @@ def admin_client(config: Mapping[str, Any]) -> Any:
         return admin
 
 
+def probe_brokers(config: Mapping[str, Any], timeout_s: float) -> None:
+    """Raise unless the brokers answer a metadata request; the client is closed either
+    way (an AdminClient cannot be closed, so it is only made once this passed)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({**common_config(config), "group.id": "sparkeos-probe",
+                         "enable.auto.commit": False})
+    try:
+        consumer.list_topics(timeout=timeout_s)
+    finally:
+        consumer.close()
+
+
+def topic_available(config: Mapping[str, Any], topic: str, timeout_s: float) -> bool:
+    """Does ``topic`` exist, or will the brokers create it on first use
+    (``auto.create.topics.enable``)? Asked with a client that is closed afterwards;
+    brokers that do not let us read their configuration get the benefit of the doubt."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        ConfigResource,
+        ResourceType,
+    )
+
+    consumer = Consumer({**common_config(config), "group.id": "sparkeos-probe",
+                         "enable.auto.commit": False})
+    try:
+        metadata = consumer.list_topics(timeout=timeout_s)
+    finally:
+        consumer.close()
+    if topic in metadata.topics:
+        return True
+    try:
+        broker = str(sorted(metadata.brokers)[0])
+        futures = admin_client(config).describe_configs(
+            [ConfigResource(ResourceType.BROKER, broker)], request_timeout=timeout_s)
+        entries = next(iter(futures.values())).result(timeout=timeout_s)
+        auto_create = entries.get("auto.create.topics.enable")
+        return str(getattr(auto_create, "value", "true")).lower() != "false"
+    except Exception:
+        return True
+
+
 def drop_admin(config: Mapping[str, Any]) -> None:
     with _lock:
         _admins.pop(fingerprint(config), None)

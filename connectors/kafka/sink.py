@@ -122,6 +122,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _OFFSET_INVALID = -1001
 _validated: set[str] = set()
 _validated_lock = threading.Lock()
+_known_topics: set[str] = set()
+"""Topics seen to exist in this process (per-row topics are checked once each)."""
 
 T = TypeVar("T")
 
@@ -144,6 +146,8 @@ class _Handle:
     producer: Any = None
     skipped: bool = False
     bytes: int = 0
+    topics: set[str] = field(default_factory=set)
+    """Per-row topics the attempt wrote (checked before it prepares)."""
 
 
 @dataclass(frozen=True)
@@ -305,10 +309,33 @@ class KafkaSink(TransactionalSink[_Handle]):
         return f"{self.transactional_id_prefix}{txn.participant_id}"
 
     def marker_group(self, txn: Transaction) -> str:
+        return f"{self._marker_stem(txn.query_key, txn.sink)}.p{txn.partition}"
+
+    def _marker_stem(self, query_key: str, sink: str) -> str:
         digest = hashlib.sha256(
             json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:10]
-        return (f"{self.marker_group_prefix}{txn.query_key}.{txn.sink}.{digest}"
-                f".p{txn.partition}")
+        return f"{self.marker_group_prefix}{query_key}.{sink}.{digest}"
+
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        """Progress records of this sink name and destination from other query keys."""
+        mine = self._marker_stem(query_key, sink)
+        pattern = re.compile(re.escape(self.marker_group_prefix) + r"([^.]+)\."
+                             + re.escape(f"{sink}.{mine.rsplit('.', 1)[1]}") + r"\.p\d+$")
+        try:
+            records = read_topic(self.bootstrap_servers, self.marker_topic,
+                                 timeout_s=self.timeout_s, config=self.producer_config)
+        except Exception:
+            return None  # unreadable now: validate reports the broker's state
+        others: dict[str, int] = {}
+        for record in records:
+            match = pattern.match((record.key() or b"").decode(errors="replace"))
+            if match and match.group(1) != query_key:
+                batch = int(json.loads(record.value())["batch"])
+                others[match.group(1)] = max(others.get(match.group(1), -1), batch)
+        if not others:
+            return None
+        return f"progress records in {self.marker_topic} of query keys " + ", ".join(
+            f"{key} (batches up to {last})" for key, last in sorted(others.items()))
 
     def layout(self) -> RecordLayout:
         return RecordLayout(self.topic, self.topic_column, self.key_column, self.value_column,
@@ -339,8 +366,11 @@ class KafkaSink(TransactionalSink[_Handle]):
 
     def check_broker(self) -> None:
         """Reachability, ``transaction.timeout.ms`` limit, marker and output topics."""
-        admin = clients.admin_client(self.client_config())
         try:
+            # A client that is closed right away: one left behind would go on trying to
+            # reach an unreachable broker (and logging it) for the rest of the process.
+            clients.probe_brokers(self.client_config(), self.timeout_s)
+            admin = clients.admin_client(self.client_config())
             metadata = admin.list_topics(timeout=self.timeout_s)
         except Exception as exc:
             clients.drop_admin(self.client_config())
@@ -364,14 +394,27 @@ class KafkaSink(TransactionalSink[_Handle]):
             self._create_marker_topic(admin, len(metadata.brokers))
         else:
             self._check_marker_topic(admin)
-        auto_create = str(broker_config.get("auto.create.topics.enable", "true")).lower()
-        if self.topic is not None and self.topic not in metadata.topics and auto_create == "false":
-            raise ConfigurationError(
-                f"topic {self.topic!r} does not exist on {self.bootstrap} and the brokers do "
-                "not create topics automatically",
-                fix=f"create it (kafka-topics.sh --create --topic {self.topic} ...) or fix "
-                "KafkaSink(topic=...); nothing was written",
-            )
+        if self.topic is not None and self.topic not in metadata.topics:
+            self.require_topics([self.topic])
+
+    def require_topics(self, topics: Sequence[str], txn: Transaction | None = None) -> None:
+        """Every topic exists, or the brokers create it on first use; else a
+        ``ConfigurationError`` naming it, before the batch is decided (a commit to a
+        missing topic would time out after the decision, the batch stuck until the
+        topic appears)."""
+        for topic in topics:
+            if topic in _known_topics:
+                continue
+            if not clients.topic_available(self.client_config(), topic, self.timeout_s):
+                raise ConfigurationError(
+                    f"topic {topic!r} does not exist on {self.bootstrap} and the brokers do "
+                    "not create topics automatically",
+                    sink=txn.sink if txn else None, batch_id=txn.batch_id if txn else None,
+                    fix=f"create it (kafka-topics.sh --create --topic {topic} ...) or fix "
+                    "KafkaSink(topic=...) / the topic column; nothing of this batch was "
+                    "committed",
+                )
+            _known_topics.add(topic)
 
     def _broker_config(self, admin: Any, metadata: Any) -> dict[str, str]:
         from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -471,6 +514,13 @@ class KafkaSink(TransactionalSink[_Handle]):
         if handle.skipped:
             return
         records = self.layout().serialize(batch)
+        if "topic" in records.schema.names:
+            import pyarrow.compute as pc
+
+            topics = {t for t in pc.unique(records.column("topic")).to_pylist() if t}
+            if handle.directory is None:  # direct mode produces right away: check first
+                self.require_topics(sorted(topics - handle.topics), handle.txn)
+            handle.topics.update(topics)
         if handle.directory is not None:
             if handle.writer is None:
                 path = os.path.join(handle.directory, STAGED_FILE)
@@ -486,6 +536,7 @@ class KafkaSink(TransactionalSink[_Handle]):
 
     def prepare(self, handle: _Handle) -> Receipt:
         txn = handle.txn
+        self.require_topics(sorted(handle.topics), txn)
         if handle.directory is not None:
             if handle.writer is None:
                 shutil.rmtree(handle.directory, ignore_errors=True)

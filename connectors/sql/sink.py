@@ -78,6 +78,12 @@ class SqlTableSink(TransactionalSink[Staging]):
                 doomed.append(txn_id)
         self._tables.discard(doomed)
 
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        others = sorted({t.split("-")[1] for t in self._tables.committed()
+                         if t.startswith("seos-") and f"-{sink}-p" in t
+                         and not t.startswith(f"seos-{query_key}-")})
+        return f"committed transactions of query keys {', '.join(others)}" if others else None
+
     def identity(self) -> dict[str, Any]:
         return {"database": engine_for(self.url).url.render_as_string(hide_password=True),
                 "table": self.table}

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from sparkeos.core.errors import AttemptFencedError, SchemaMismatchError
+from sparkeos.core.errors import (
+    AttemptFencedError,
+    ConfigurationError,
+    RetriableError,
+    SchemaMismatchError,
+    SparkEOSError,
+)
 from sparkeos.core.txpool import Transaction
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 TXN_COLUMN = "_sparkeos_txn"
 
@@ -28,6 +38,43 @@ def engine_for(url: str) -> Any:
     return _engine(url, os.getpid())
 
 
+def translated(doing: str) -> Callable[[F], F]:
+    """The one place the driver's errors become sparkeos errors (never with the URL:
+    SQLAlchemy's messages name the host and database, not the password)."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def run(self: Tables, *args: Any, **kwargs: Any) -> Any:
+            with _translating(doing, self):
+                return method(self, *args, **kwargs)
+        return run  # type: ignore[return-value]
+    return wrap
+
+
+@contextlib.contextmanager
+def _translating(doing: str, tables: Tables) -> Iterator[None]:
+    import sqlalchemy as sa
+
+    try:
+        yield
+    except SparkEOSError:
+        raise
+    except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+        raise RetriableError(
+            f"{doing} {tables.name} failed on {tables.where}: {_first_line(exc)}",
+            fix="check that the database is up and reachable from the driver and every "
+            "executor; restarting the query re-runs the batch, nothing is lost") from None
+    except (sa.exc.ProgrammingError, sa.exc.NoSuchTableError, sa.exc.ArgumentError) as exc:
+        raise ConfigurationError(
+            f"{doing} {tables.name} failed on {tables.where}: {_first_line(exc)}",
+            fix="check the table, its columns and the database user's rights") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
 def _sql_type(arrow: pa.DataType) -> Any:
     import sqlalchemy as sa
 
@@ -43,6 +90,7 @@ class Tables:
         import sqlalchemy as sa
 
         self.engine, self.name, self.sa = engine, table, sa
+        self.where = engine.url.render_as_string(hide_password=True)
         self.meta = sa.MetaData()
         self.txns = sa.Table(f"{table}__sparkeos_txn", self.meta,
                              sa.Column("txn_id", sa.String(200), primary_key=True),
@@ -58,6 +106,7 @@ class Tables:
                         sa.Column(TXN_COLUMN, sa.String(200), index=True), *columns,
                         extend_existing=True)
 
+    @translated("checking")
     def ensure(self, schema: pa.Schema, create: bool) -> None:
         sa = self.sa
         if not sa.inspect(self.engine).has_table(self.name):
@@ -75,6 +124,7 @@ class Tables:
         self._stage(target)
         self.meta.create_all(self.engine, checkfirst=True)
 
+    @translated("claiming a transaction in")
     def claim(self, txn: Transaction) -> bool:
         try:
             with self.engine.begin() as conn:
@@ -83,6 +133,7 @@ class Tables:
             return False
         return True
 
+    @translated("staging rows for")
     def stage(self, txn: Transaction, rows: list[dict[str, Any]]) -> None:
         stage = self._stage(self._target())
         with self.engine.begin() as conn:
@@ -94,6 +145,7 @@ class Tables:
                                          txn_id=txn.txn_id)
             conn.execute(stage.insert(), [{TXN_COLUMN: txn.txn_id, **r} for r in rows])
 
+    @translated("committing into")
     def publish(self, txn: Transaction, columns: list[str]) -> int | None:
         """Move ``txn``'s rows into the target, atomically; None if it is not staged."""
         sa = self.sa
@@ -112,6 +164,7 @@ class Tables:
                          .values(committed=True))
         return int(moved)
 
+    @translated("rolling back staged rows of")
     def discard(self, txn_ids: list[str]) -> None:
         if not txn_ids:
             return
@@ -121,6 +174,7 @@ class Tables:
             conn.execute(self.txns.delete().where(self.txns.c.txn_id.in_(txn_ids))
                          .where(self.txns.c.committed.is_(False)))
 
+    @translated("listing staged transactions of")
     def uncommitted(self, prefix: str) -> list[str]:
         """IDs of this (query, sink) with staged rows or an uncommitted claim."""
         stage = self._stage(self._target())
@@ -130,3 +184,12 @@ class Tables:
             staged = conn.execute(self.sa.select(stage.c[TXN_COLUMN]).distinct()
                                   ).scalars().all()
         return sorted(t for t in {*claims, *staged} if t and t.startswith(prefix))
+
+    @translated("listing committed transactions of")
+    def committed(self) -> list[str]:
+        """Every committed transaction ID (for the lost-checkpoint check)."""
+        if not self.sa.inspect(self.engine).has_table(self.txns.name):
+            return []
+        with self.engine.connect() as conn:
+            return list(conn.execute(self.sa.select(self.txns.c.txn_id).where(
+                self.txns.c.committed.is_(True))).scalars().all())

@@ -6,27 +6,15 @@ import os
 
 import pytest
 
+from integration.streams import id_stream, run_available
 from sparkeos import ConfigurationError, exactly_once
 from sparkeos.connectors.file import FileSink, read_output
 from sparkeos.core.commitlog import BEGUN, DECIDED, OUTCOME, CommitLog, HadoopStore
 from sparkeos.core.errors import RecordExistsError
-from sparkeos.testing.job import INPUT_SCHEMA, write_input
+from sparkeos.testing.job import write_input
 
-
-def _stream(spark, input_dir):  # type: ignore[no-untyped-def]
-    return (spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
-            .json(input_dir))
-
-
-def _run(df, adapter, checkpoint=None):  # type: ignore[no-untyped-def]
-    writer = df.writeStream.foreachBatch(adapter).trigger(availableNow=True)
-    if checkpoint:
-        writer = writer.option("checkpointLocation", checkpoint)
-    query = writer.start()
-    try:
-        query.awaitTermination()
-    finally:
-        query.stop()
+_stream = id_stream
+_run = run_available
 
 
 def _ids(path: str) -> list[int]:
@@ -189,3 +177,23 @@ def test_key_of_equals_spark_keys_for_every_supported_type(spark):
     # Different key values, different keys (within this sample).
     distinct_values = {tuple(row[1:]) for row in rows}
     assert len(set(expected.values())) == len(distinct_values)
+
+
+def test_a_lost_checkpoint_is_refused_not_written_twice(spark, tmp_path):
+    """Issue 15, defect 1: the checkpoint is deleted, the output kept; the restarted
+    query once wrote every row again beside the old files, silently."""
+    in_dir, out = str(tmp_path / "in"), str(tmp_path / "out")
+    write_input(in_dir, [[1, 2], [3]])
+    _run(_stream(spark, in_dir), exactly_once(FileSink(out), name="files"),
+         str(tmp_path / "ckpt"))
+    assert _ids(out) == [1, 2, 3]
+    with pytest.raises(Exception, match="written by another query") as info:
+        _run(_stream(spark, in_dir), exactly_once(FileSink(out), name="files"),
+             str(tmp_path / "ckpt-new"))
+    assert "restore the checkpoint" in str(info.value)
+    assert _ids(out) == [1, 2, 3]
+    # Re-processing on purpose is the user's explicit choice.
+    _run(_stream(spark, in_dir), exactly_once(FileSink(out), name="files",
+                                              existing_output="accept"),
+         str(tmp_path / "ckpt-new2"))
+    assert _ids(out) == [1, 1, 2, 2, 3, 3]

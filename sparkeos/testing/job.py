@@ -41,6 +41,8 @@ class JobSpec:
     max_files_per_trigger: int = 1
     spark_conf: dict[str, str] = field(default_factory=dict)
     metrics_file: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Coordinator settings for ``exactly_once(...)`` (``existing_output``...)."""
 
 
 @dataclass
@@ -181,7 +183,7 @@ def main(argv: list[str]) -> int:
     elif spec.mode == "function":
         batch_fn = target
     else:
-        batch_fn = with_guarantee(target, spec.name, spec.mode)
+        batch_fn = with_guarantee(target, spec.name, spec.mode, **spec.settings)
     query = (df.writeStream.foreachBatch(batch_fn)
              .option("checkpointLocation", spec.checkpoint)
              .trigger(availableNow=True).start())

@@ -264,3 +264,24 @@ def test_recover_racing_the_driver_cannot_abort_what_it_decides():
     assert log.batches()[0].aborted == {0}
     coordinator(system, log).run_batch(0, ListRunner([[1, 2], [3]]))
     assert sorted(system.visible) == [1, 2, 3]
+
+
+def test_a_destination_is_pinned_only_once_a_batch_is_decided(tmp_path):
+    """Issue 15, defect 2: a first batch that failed against a wrong destination once
+    bound the sink name to it for ever; now it binds only once a batch is decided."""
+    from sparkeos.connectors.file import FileSink, read_output
+    from sparkeos.core.adapter import ForeachBatchAdapter
+    from sparkeos.core.errors import TransactionIdCollisionError
+
+    log = CommitLog(LocalStore(str(tmp_path / "log")))
+    config = CoordinatorConfig(name="files")
+    wrong, right, other = (str(tmp_path / n) for n in ("wrong", "right", "other"))
+    (tmp_path / "wrong").write_text("a file where the directory should be")
+    key = ForeachBatchAdapter(FileSink(wrong), config)._claim_log(log, "q")
+    with pytest.raises(ConfigurationError, match="not writable"):
+        Coordinator(FileSink(wrong), config, log, key).run_batch(0, ListRunner([[1]]))
+    key = ForeachBatchAdapter(FileSink(right), config)._claim_log(log, "q")  # the fix
+    Coordinator(FileSink(right), config, log, key).run_batch(0, ListRunner([[1]]))
+    assert read_output(right).column("id").to_pylist() == [1]
+    with pytest.raises(TransactionIdCollisionError, match="another identity"):
+        ForeachBatchAdapter(FileSink(other), config)._claim_log(log, "q")

@@ -245,6 +245,44 @@ def test_schema_mismatch_is_refused_before_any_write(pg_server, names, admin):
         missing.validate(id_batch([1]).schema)
 
 
+def test_text_into_a_typed_column_is_refused_up_front(pg_server, names, admin):
+    """Issue 15, defect 5: text into a bigint column once failed inside the tasks."""
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{names.table}" (id bigint, amount bigint, day date, '
+                    "note text, tag uuid)")
+    sink = sink_for(pg_server, names, create_table=False)
+    log = memory_log()
+    runner = ArrowRunner([id_batch([1], amount=["12"], day=["2026-01-01"], note=["x"],
+                                   tag=["5b9a7c2e-4b0d-4f55-9a53-0c4f1d3b7e10"])])
+    with pytest.raises(SchemaMismatchError) as info:
+        coordinator(sink, log, names).run_batch(0, runner)
+    message = str(info.value)
+    assert "amount: DataFrame type string does not fit column type bigint" in message
+    assert "day: DataFrame type string does not fit column type date" in message
+    assert "note" not in message.split("fit table")[1].split("What to do")[0].replace(
+        "note:", "")  # text into text and uuid is fine
+    assert "cast" in message and 0 not in log.batches()
+    assert table_ids(admin, names.table) == []
+
+
+def test_refused_connections_are_configuration_errors(pg_server, names):
+    """Issue 15, defect 4: an unknown database or an unknown role will not clear on a
+    retry: ConfigurationError naming the setting, not RetriableError."""
+    from sparkeos.connectors.jdbc.dsn import parse
+
+    params = parse(pg_server.dsn)
+    base = " ".join(f"{k}={v}" for k, v in params.items() if k not in ("dbname", "user"))
+    user, dbname = params.get("user", "postgres"), params.get("dbname", "postgres")
+    for dsn, expected in ((f"{base} user={user} dbname=no_such_db_{names.query_key}",
+                           "database name"),
+                          (f"{base} user=no_such_role_{names.query_key} dbname={dbname}",
+                           "user or password")):
+        sink = PostgresSink(dsn=dsn, table="t", connect_timeout_s=5)
+        with pytest.raises(ConfigurationError, match=expected) as info:
+            sink.validate(id_batch([1]).schema)
+        assert not isinstance(info.value, RetriableError)
+
+
 def test_column_mapping_and_types_round_trip(pg_server, names, admin):
     utc = dt.timezone.utc
     texts = ["plain", "", None, 'quote " comma , newline \n end', "\\.", "unicode é ✓"]
@@ -443,8 +481,12 @@ def test_prepared_transactions_disabled_or_used_up(tiny_server, names):
     dsn = tiny_server(1)
     sink = PostgresSink(dsn=dsn, table=names.table, marker_table=names.marker)
     log = memory_log()
-    with pytest.raises(TransactionAbortedError, match="no free prepared-transaction slot"):
+    with pytest.raises(ConfigurationError, match="no free prepared-transaction slot") as info:
         coordinator(sink, log, names).run_batch(0, ids_runner([[1], [2]]))
+    # Issue 15, defect 6: who holds the slots, and how to free orphans.
+    message = str(info.value)
+    assert "1 of max_prepared_transactions = 1 are in use: 1 by this sink" in message
+    assert "sparkeos recover" in message and "pg_prepared_xacts" in message
 
 
 def _prepare_without_validate(sink: PostgresSink, txn: Any) -> None:

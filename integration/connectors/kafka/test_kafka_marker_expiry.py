@@ -3,22 +3,18 @@
 offsets of the committed participants expire; the restart must still commit every
 participant exactly once (the progress records never expire).
 
-A broker of its own, with ``offsets.retention.minutes=1`` and a one-second expiry
-check (``docker/services/kafka.sh`` with ``SPARKEOS_KAFKA_INSTANCE``)."""
+A broker of its own (fixture ``strict_kafka``), with ``offsets.retention.minutes=1``
+and a one-second expiry check."""
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from integration.fixtures.kafka import ENV_VAR, ROOT, SCRIPT, create_topic, unique_name
+from integration.fixtures.kafka import create_topic, unique_name
 from sparkeos.connectors.kafka import KafkaSink, read_topic
 from sparkeos.core.commitlog import CommitLog, LocalStore
 from sparkeos.core.config import CoordinatorConfig
@@ -27,42 +23,11 @@ from sparkeos.core.faults import FaultPlan, InjectedCrash
 from sparkeos.testing.conformance import assert_exactly_once
 from sparkeos.testing.inprocess import ListRunner
 
-SHORT_RETENTION = {
-    "SPARKEOS_KAFKA_INSTANCE": "short-retention",
-    "SPARKEOS_KAFKA_PORT": "39192",
-    "SPARKEOS_KAFKA_CONTROLLER_PORT": "39193",
-    "SPARKEOS_KAFKA_EXTRA_CONFIG": "offsets.retention.minutes=1\n"
-                                   "offsets.retention.check.interval.ms=1000",
-}
-
-
-def _script(command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", SCRIPT, command], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900, env={**os.environ, **SHORT_RETENTION})
-
-
-@pytest.fixture(scope="module")
-def short_retention_broker() -> Iterator[str]:
-    if os.environ.get(ENV_VAR):
-        pytest.skip("needs a broker with a one-minute offsets.retention.minutes of its own")
-    started = _script("start")
-    if started.returncode != 0:
-        pytest.fail(f"could not start the short-retention broker:\n{started.stderr[-3000:]}")
-    match = re.search(r"bootstrap=(\S+)", started.stdout)
-    assert match, started.stdout
-    try:
-        yield match.group(1)
-    finally:
-        from sparkeos.connectors.kafka import clients
-
-        clients.clear_caches()
-        _script("stop")
-
 
 @pytest.mark.chaos
 def test_committed_participants_stay_committed_after_their_markers_expired(
-        short_retention_broker: str, tmp_path: Any) -> None:
-    bootstrap = short_retention_broker
+        strict_kafka: str, tmp_path: Any) -> None:
+    bootstrap = strict_kafka
     topic = unique_name(str(tmp_path))
     create_topic(bootstrap, topic, partitions=2)
     sink = KafkaSink(bootstrap, topic=topic, staging_dir=str(tmp_path / "staging"),

@@ -24,7 +24,7 @@ from sparkeos.core.errors import (
 )
 from sparkeos.core.protocol import Transaction, TxnState
 from sparkeos.core.txpool import TransactionPool
-from sparkeos.testing.inprocess import ID_SCHEMA, ListRunner, id_batch
+from sparkeos.testing.inprocess import ID_SCHEMA, ArrowRunner, ListRunner, id_batch
 
 from .conftest import create_topic, unique_name
 
@@ -421,3 +421,41 @@ def test_a_fatal_error_is_classified_by_the_error_behind_it() -> None:
                       phase=PHASE1, bootstrap="b:1", action="produce")
     assert isinstance(error, AttemptFencedError)
     assert "fenced by a newer attempt" in str(error) and "_FATAL" not in str(error)
+
+
+def test_a_failed_broker_check_leaves_no_client_behind(
+        tmp_path: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 15, defect 7: the client of a failed check kept reconnecting (and logging
+    every second) for the rest of the driver's life while the error was referenced."""
+    sink = KafkaSink("127.0.0.1:1", topic="t", staging_dir=str(tmp_path), timeout_s=2)
+    with pytest.raises(RetriableError) as caught:
+        sink.validate(ID_SCHEMA)
+    capfd.readouterr()
+    time.sleep(3)  # the error is still referenced (caught); nothing may log meanwhile
+    assert "Connect to" not in capfd.readouterr().err, caught.value
+
+
+def test_a_missing_topic_is_refused_before_the_decision(strict_kafka: str,
+                                                         tmp_path: Any) -> None:
+    """Issue 15, defect 3: with automatic topic creation off, a missing topic was found
+    only when the decided batch's commit timed out. Fixed topics are checked in
+    validate, per-row topics before the attempt prepares; both name the topic."""
+    missing = unique_name(str(tmp_path), "missing")
+    fixed = make_sink(strict_kafka, missing, tmp_path)
+    with pytest.raises(ConfigurationError, match=f"topic '{missing}' does not exist"):
+        fixed.validate(ID_SCHEMA)
+
+    present = unique_name(str(tmp_path), "present")
+    create_topic(strict_kafka, present, partitions=1)
+    per_row = make_sink(strict_kafka, present, tmp_path, topic_column="dest")
+    schema = pa.schema([("id", pa.int64()), ("dest", pa.string())])
+    runner = ArrowRunner([pa.RecordBatch.from_pydict(
+        {"id": [1, 2], "dest": [present, missing]}, schema=schema)], schema=schema)
+    log = CommitLog(LocalStore(str(tmp_path / "log")))
+    coordinator = Coordinator(per_row, CoordinatorConfig(name="topics"), log, "tq")
+    with pytest.raises(ConfigurationError, match=f"topic '{missing}' does not exist"):
+        coordinator.run_batch(0, runner)
+    assert log.batches()[0].decided is None  # refused before the decision
+    create_topic(strict_kafka, missing, partitions=1)
+    Coordinator(per_row, CoordinatorConfig(name="topics"), log, "tq").run_batch(0, runner)
+    assert [json.loads(m.value())["id"] for m in read_topic(strict_kafka, missing)] == [2]

@@ -19,6 +19,10 @@ class TestSqlTableSinkOnSqlite(ConnectorConformance):
                 "kwargs": {"url": f"sqlite:///{self.database(workdir)}", "table": "orders",
                            "create_table": True}}
 
+    def plain_spec(self, workdir: str) -> dict[str, Any] | None:
+        return {"factory": "integration.connectors.sql.plain:plain_sql_writer",
+                "kwargs": {"url": f"sqlite:///{self.database(workdir)}", "table": "orders"}}
+
     def _query(self, workdir: str, sql: str) -> list[Any]:
         if not os.path.exists(self.database(workdir)):
             return []

@@ -109,7 +109,7 @@ def schema_pinned_before_validate() -> Iterator[None]:
 
     def check(self: Coordinator, batch_id: int, schema: Any) -> None:
         if "schema" not in self._recorded_meta():
-            self._record_schema(schema)  # pinned first, as before the fix
+            self._pin_on_decision(schema)  # pinned first, as before the fix
         original_check(self, batch_id, schema)
         original_validate(self.sink, schema)  # type: ignore[arg-type]
 
