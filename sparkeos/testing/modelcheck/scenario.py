@@ -28,10 +28,9 @@ the query finished within a bounded number of restarts (no stuck state).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -75,12 +74,6 @@ class Scenario:
 
     def expected(self) -> list[int]:
         return [i for b in range(self.batches) for i in self.ids(b)]
-
-
-@dataclass
-class Outcome:
-    violations: list[str] = field(default_factory=list)
-    steps: int = 0
 
 
 class Job:
@@ -364,8 +357,3 @@ def run_schedule(scenario: Scenario, prefix: list[int], budget: Budget) -> tuple
         if blocked:
             world.violations.append(f"stuck: {blocked} never finished")
     return sched, world
-
-
-@contextlib.contextmanager
-def no_mutant() -> Iterator[None]:
-    yield

@@ -150,9 +150,6 @@ class Scheduler:
             if actor.thread is not None:
                 actor.thread.join(5)
 
-    def blocked(self) -> list[Actor]:
-        return [a for a in self.actors if a.state == "waiting"]
-
     # -- internals ---------------------------------------------------------------------------
     def _choose(self, alternatives: int) -> int:
         depth = len(self.choices)
