@@ -360,6 +360,7 @@ class Coordinator:
         try:
             results = runner.run_tasks(task)
             participants = self._check_results(batch_id, partitions, results)
+            self.sink.before_decision(batch_id, [p["receipt"] for p in participants])
         except Exception as exc:
             self._abort_run(state, run, exc)
             config_error = _task_configuration_error(exc, self.name, batch_id)

@@ -26,7 +26,7 @@ class SeenIds:
         if max_ids < 1:
             raise ConfigurationError(f"max_ids={max_ids} must be >= 1")
         self.max_ids = max_ids
-        self._by_batch: dict[int, list[str]] = {}
+        self._by_batch: dict[int, dict[str, None]] = {}  # ordered sets
         self._index: dict[str, int] = {}
 
     def __contains__(self, message_id: object) -> bool:
@@ -55,9 +55,44 @@ class SeenIds:
                 fix="check that the source's commit (ack) reaches the broker, or raise "
                 "max_ids; dropping IDs instead would let redeliveries through as duplicates",
             )
-        self._by_batch.setdefault(batch_id, []).extend(ids)
+        self._by_batch.setdefault(batch_id, {}).update(dict.fromkeys(ids))
         for mid in ids:
             self._index[mid] = batch_id
+
+    def batch_of(self, message_id: str) -> int | None:
+        """The batch (or offset) the ID was recorded under, or None if unseen."""
+        return self._index.get(message_id)
+
+    def discard(self, message_ids: Iterable[str]) -> int:
+        """Forget single IDs (their ack was confirmed); return how many were known."""
+        dropped = 0
+        for mid in message_ids:
+            batch = self._index.pop(mid, None)
+            if batch is None:
+                continue
+            dropped += 1
+            ids = self._by_batch.get(batch)
+            if ids is not None:
+                ids.pop(mid, None)
+                if not ids:
+                    del self._by_batch[batch]
+        return dropped
+
+    def forget_after(self, batch_id: int) -> int:
+        """Forget the IDs of batches ``> batch_id`` (recorded, then never planned)."""
+        dropped = 0
+        for batch in [b for b in self._by_batch if b > batch_id]:
+            for mid in self._by_batch.pop(batch):
+                self._index.pop(mid, None)
+                dropped += 1
+        return dropped
+
+    def ids_through(self, batch_id: int) -> list[str]:
+        """The IDs of batches ``<= batch_id``."""
+        return [m for b, ids in self._by_batch.items() if b <= batch_id for m in ids]
+
+    def oldest_batch(self) -> int | None:
+        return min(self._by_batch, default=None)
 
     def acknowledged(self, through_batch: int) -> int:
         """Forget the IDs of batches ``<= through_batch``; return how many."""
@@ -71,7 +106,7 @@ class SeenIds:
     # -- persistence --------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         data = {"max_ids": self.max_ids,
-                "batches": {str(b): ids for b, ids in sorted(self._by_batch.items())}}
+                "batches": {str(b): list(ids) for b, ids in sorted(self._by_batch.items())}}
         return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod

@@ -15,6 +15,8 @@
         ``TransactionIdCollisionError``
         ``RecordExistsError``   a write-once record was written by someone else first.
         ``QueryRunningError``   the query holds the commit log's lease.
+    ``BadMessageError``         a source message cannot be decoded; it was not
+                                acknowledged, so the broker keeps it (nothing lost).
     ``DataLossError``           a decided transaction can no longer be committed.
                                 Never swallowed: the query stops.
 
@@ -127,3 +129,8 @@ def describe_cause(exc: BaseException, limit: int = 400) -> str:
             return line[:limit]
     summary = lines[0] if lines else ""
     return f"{type(exc).__name__}: {summary}"[:limit]
+
+
+class BadMessageError(SparkEOSError):
+    """A source message cannot be decoded (a poison message). It was not acknowledged:
+    the broker keeps it, nothing is lost; the error names its ID and the options."""

@@ -158,3 +158,50 @@ class FaultPlan:
         deadline = time.monotonic() + BARRIER_WAIT_S
         while not os.path.exists(path) and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+SOURCE_ENV = "SPARKEOS_SOURCE_FAULT"
+SOURCE_POINTS = ("source_after_spool", "source_before_ack", "source_after_ack",
+                 "source_pause_after_spool")
+"""Points of an acknowledging source (Spark's source runner process, a child of the
+driver's JVM). ``SPARKEOS_SOURCE_FAULT=point@k`` acts the k-th time (default the
+first) the point is reached in that process:
+
+* ``source_after_spool``: a pull is spooled and its IDs recorded, the offset not yet
+  returned to Spark (so never recorded in the offset log);
+* ``source_before_ack`` / ``source_after_ack``: around the confirmed ACK of a
+  committed batch, before its IDs are forgotten;
+* ``source_pause_after_spool``: not a crash; leave ``paused`` in ``$SPARKEOS_FAULT_DIR``
+  and wait for ``resume`` there (a test restarts the broker meanwhile).
+
+A crash kills the whole process group of the job (driver, JVM, workers), as losing
+the driver's machine would."""
+
+
+class SourceFaults:
+    def __init__(self) -> None:
+        spec = os.environ.get(SOURCE_ENV, "").strip()
+        point, _, count = spec.partition("@")
+        if point and point not in SOURCE_POINTS:
+            raise ValueError(f"{SOURCE_ENV}={spec!r}: unknown point; use one of "
+                             f"{SOURCE_POINTS}")
+        self.point = point or None
+        self.count = int(count) if count else 1
+        self.seen = 0
+
+    def reached(self, point: str) -> None:
+        if point != self.point:
+            return
+        self.seen += 1
+        if self.seen != self.count:
+            return
+        if point == "source_pause_after_spool":
+            barrier = os.environ.get(BARRIER_ENV, "")
+            plan = FaultPlan(barrier_dir=barrier)
+            plan._signal("paused")
+            plan._wait("resume")
+            return
+        print(f"sparkeos fault injection: job killed at {point} #{self.count}",
+              file=sys.stderr, flush=True)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+        time.sleep(60)

@@ -10,6 +10,7 @@ exactly-once (``exactly_once(sink, name=...)``)::
     task     every attempt of partition p gets its own Transaction (its own txn_id):
              h = begin(txn); write(h, batch)...; receipt = prepare(h)
              (on an error in the task: abort(h, txn), then the error propagates)
+    driver   before_decision(N, receipts)            may refuse: the run is aborted
     driver   [commit log: outcome(N, run) = decided(one receipt per partition)]
              the point of no return; one outcome per run, first writer wins
     driver*  commit(txn, receipt) for every decided attempt   (* in tasks if
@@ -139,6 +140,13 @@ class TransactionalSink(ABC, Generic[H]):
         ``prepare``). Defaults to ``rollback(txn)``: ``txn`` is this attempt's own ID,
         so nothing another attempt wrote is touched."""
         self.rollback(txn)
+
+    # -- driver, between the phases ---------------------------------------------------------
+    def before_decision(self, batch_id: int, receipts: Sequence[Receipt]) -> None:
+        """Check the prepared batch as a whole (one receipt per partition) before it is
+        decided. Raise (e.g. ``ConfigurationError``) to abort the run: every prepared
+        transaction is rolled back and nothing is committed. For limits only the whole
+        batch shows, such as a broker's duplicate-ID window. Default: nothing."""
 
     # -- phase 2 and recovery ------------------------------------------------------------
     @abstractmethod

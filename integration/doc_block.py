@@ -36,6 +36,10 @@ def main(argv: list[str]) -> int:
         spark = local_session("doc-block")
         namespace["orders"] = (spark.readStream.schema("order_id long, payload string")
                                .json(spec["input"]))
+    if "spark" in code and "spark =" not in code and "spark" not in namespace:
+        from sparkeos.core.spark import local_session
+
+        namespace["spark"] = local_session("doc-block")
     exec(compile(code, spec["source"], "exec"), namespace)
     query = namespace.get("query")
     if query is not None:

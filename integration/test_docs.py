@@ -31,7 +31,7 @@ def test_every_doc_with_code_is_covered():
     covered = {str(p.values[0]) for p in blocks()}
     assert {"README.md", "docs/writing-a-connector.md", "docs/helpers.md",
             "docs/connectors/postgres.md", "docs/connectors/kafka.md",
-            "docs/connectors/sql.md"} <= covered
+            "docs/connectors/sql.md", "docs/connectors/stomp.md"} <= covered
 
 
 @pytest.mark.parametrize("source,code", blocks())
@@ -50,6 +50,13 @@ def test_doc_block_runs(source: Path, code: str, tmp_path: Any,
         bootstrap = request.getfixturevalue("kafka_bootstrap")
         replace["broker:9092"] = bootstrap
         _produce_orders(bootstrap, f"orders_{tag}")
+    if "stomp://app:secret@broker:61613" in code:
+        from integration.stomp_helpers import send
+
+        url = request.getfixturevalue("artemis_url")
+        replace["stomp://app:secret@broker:61613"] = url
+        send(url, f"orders_{tag}",
+             [json.dumps({"order_id": i, "payload": f"p{i}"}) for i in range(5)])
     if "postgresql://app@db:5432/shop" in code:
         dsn = request.getfixturevalue("pg_server").dsn
         replace["postgresql://app@db:5432/shop"] = dsn

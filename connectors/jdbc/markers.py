@@ -86,13 +86,22 @@ def purge(cur: Any, marker: Any, txn: Transaction, retention: int) -> None:
         ).format(m=marker), (txn.query_key, txn.sink, horizon))
 
 
-def other_queries(conn: Any, marker: Any, query_key: str, sink: str) -> str | None:
-    """Markers of ``sink`` committed by other queries (query keys), described."""
+def other_queries(conn: Any, marker: Any, query_key: str, sink: str,
+                  table: Any) -> str | None:
+    """Markers of ``sink`` committed by other queries (query keys), described, if the
+    target ``table`` holds rows. Marker rows do not name their table (one marker table
+    serves many sinks): an empty target holds nothing another query wrote."""
     from psycopg2 import sql
 
     with conn.cursor() as cur:
         cur.execute("SELECT to_regclass(%s)", (marker.as_string(conn),))
         if cur.fetchone()[0] is None:
+            return None
+        cur.execute("SELECT to_regclass(%s)", (table.as_string(conn),))
+        if cur.fetchone()[0] is None:
+            return None
+        cur.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {t})").format(t=table))
+        if not cur.fetchone()[0]:
             return None
         cur.execute(sql.SQL(
             "SELECT query_key, max(batch_id) FROM {m} WHERE sink = %s AND query_key <> %s"

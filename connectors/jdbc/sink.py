@@ -549,10 +549,11 @@ class PostgresSink(TransactionalSink[PgTransaction]):
     def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
         if self.mode == "upsert":
             return None  # upserts rewrite the same rows: a replay is harmless
-        marker = self._ident(self.marker_table)
+        marker, table = self._ident(self.marker_table), self._ident(self.table)
         with self._db("looking for this sink's output from other queries", phase="setup"):
             return POOL.run(self.dsn, self.connect_timeout_s,
-                            lambda conn: markers.other_queries(conn, marker, query_key, sink))
+                            lambda conn: markers.other_queries(conn, marker, query_key, sink,
+                                                               table))
 
     def probe(self, txn: Transaction) -> TxnState:
         if self.mode == "upsert":

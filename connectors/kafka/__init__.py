@@ -11,7 +11,8 @@ confluent-kafka is imported only when a sink talks to Kafka, so importing this
 package stays light. See ``sink`` for the modes and the commit protocol.
 """
 
-from .serde import RecordLayout
+from sparkeos.core.records import RecordLayout
+
 from .sink import KafkaSink, default_staging_dir, read_topic
 from .source import kafka_source, spark_kafka_jars
 

@@ -94,6 +94,7 @@ from sparkeos.core.protocol import (
     TransactionalSink,
     TxnState,
 )
+from sparkeos.core.records import RecordLayout, check_format, iter_records
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from . import clients
@@ -107,7 +108,6 @@ from .errors import (
     translate,
     underlying,
 )
-from .serde import RecordLayout, check_format, iter_records
 
 MODES = ("staged", "direct")
 STAGED_FILE = "records.arrow"

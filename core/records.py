@@ -1,11 +1,13 @@
-"""Turn Arrow batches of a foreachBatch DataFrame into Kafka records.
+"""Turn Arrow batches of a foreachBatch DataFrame into messages (Kafka records, STOMP
+frames): shared by the message-broker connectors.
 
-A :class:`RecordLayout` describes which columns hold the topic, key, value and
-headers and how keys and values are encoded. ``serialize(batch)`` returns a *record
-batch* with the columns ``key`` (binary), ``value`` (binary) and, when configured,
-``topic`` (string) and ``headers`` (list of (string, binary) structs). That record
-batch is what staged mode writes to disk and what both modes produce from, so the
-bytes published in phase 2 are exactly the bytes prepared in phase 1.
+A :class:`RecordLayout` describes which columns hold the topic (a STOMP destination),
+key, value (body) and headers and how keys and values are encoded.
+``serialize(batch)`` returns a *record batch* with the columns ``key`` (binary),
+``value`` (binary) and, when configured, ``topic`` (string) and ``headers`` (list of
+(string, binary) structs). That record batch is what staged mode writes to disk and
+what both modes produce from, so the bytes published in phase 2 are exactly the
+bytes prepared in phase 1.
 
 Formats (``key_format`` / ``value_format``):
 
@@ -34,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
+from .errors import ConfigurationError, SchemaMismatchError
 
 FORMATS = ("bytes", "string", "json")
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -86,11 +88,15 @@ class RecordLayout:
     headers_column: str | None
     key_format: str | None
     value_format: str | None
+    target: str = "topic"
+    """What the connector calls a topic (error messages say ``<target>_column``)."""
+    owner: str = "KafkaSink"
+    """The sink class error messages name."""
 
     # -- schema checks (driver) -----------------------------------------------------------
     def check_schema(self, schema: pa.Schema) -> None:
         names = set(schema.names)
-        roles = (("topic_column", self.topic_column), ("key_column", self.key_column),
+        roles = ((f"{self.target}_column", self.topic_column), ("key_column", self.key_column),
                  ("value_column", self.value_column), ("headers_column", self.headers_column))
         for role, column in roles:
             if column is not None and column not in names:
@@ -104,7 +110,8 @@ class RecordLayout:
             t = schema.field(self.topic_column).type
             if not _is_text(t):
                 raise SchemaMismatchError(
-                    f"topic_column {self.topic_column!r} has type {t}; it must be a string",
+                    f"{self.target}_column {self.topic_column!r} has type {t}; it must be a "
+                    "string",
                     fix=f"cast it: df.withColumn({self.topic_column!r}, "
                     f"col({self.topic_column!r}).cast('string'))",
                 )
@@ -153,9 +160,10 @@ class RecordLayout:
                 topics = pc.fill_null(topics, self.topic)
             elif topics.null_count:
                 raise SchemaMismatchError(
-                    f"topic_column {self.topic_column!r} is null in "
-                    f"{topics.null_count} rows and no default topic is set",
-                    fix="fill the column, or give KafkaSink(topic=...) as the default",
+                    f"{self.target}_column {self.topic_column!r} is null in "
+                    f"{topics.null_count} rows and no default {self.target} is set",
+                    fix=f"fill the column, or give {self.owner}({self.target}=...) as the "
+                    "default",
                 )
             columns.append(topics)
         if self.key_column is None:

@@ -1,0 +1,28 @@
+"""JMS-style messaging over STOMP (stomp.py): an exactly-once sink and an
+acknowledging source with deduplication.
+
+    from sparkeos import exactly_once
+    from sparkeos.connectors.stomp import StompSink, stomp_source
+
+    orders = stomp_source(spark, "stomp://app:secret@broker:61613", "orders")
+    sink = StompSink("stomp://app:secret@broker:61613", destination="orders.out")
+    orders.writeStream.foreachBatch(exactly_once(sink, name="to-broker")).start()
+
+stomp.py is imported only when a connection is opened. See ``sink`` and ``source`` for
+how each commits, and docs/connectors/stomp.md for the guarantees per broker.
+"""
+
+from .client import Endpoint, StompClient, broker_kind, redact_url
+from .sink import StompSink, default_staging_dir
+from .source import StompSourceConfig, stomp_source
+
+__all__ = [
+    "Endpoint",
+    "StompClient",
+    "StompSink",
+    "StompSourceConfig",
+    "broker_kind",
+    "default_staging_dir",
+    "redact_url",
+    "stomp_source",
+]

@@ -1,0 +1,146 @@
+"""STOMP -> Spark -> file / PostgreSQL / STOMP in a child process (so tests can kill it).
+
+    python -m integration.connectors.stomp.stomp_job spec.json
+
+Reads ``input_queue`` with ``stomp_source`` (bodies are JSON ``{"id": ...}``) and
+writes ``id, payload`` through ``FileSink`` (Parquet), ``PostgresSink`` or
+``StompSink``. ``mode="plain"`` is what users write without sparkeos: a foreachBatch
+on a rate source that receives messages with stomp.py, writes them, then
+acknowledges them (the sink faults of ``SPARKEOS_FAULT`` kill it after the write,
+before the ack). Faults: ``SPARKEOS_FAULT`` (sink protocol points) and
+``SPARKEOS_SOURCE_FAULT`` (source points, ``sparkeos.core.faults.SOURCE_POINTS``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sparkeos.testing.job import JobResult, run_spec_process
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+
+@dataclass
+class StompJobSpec:
+    url: str
+    input_queue: str
+    checkpoint: str
+    spool_dir: str
+    output: str
+    """file: a directory; postgres: a table; stomp: a queue."""
+    sink: str = "file"
+    mode: str = "exactly_once"
+    max_batch_messages: int = 40
+    body_format: str = "json"
+    on_bad_message: str = "fail"
+    dead_letter_destination: str | None = None
+    message_id_header: str | None = None
+    pg_dsn: str = ""
+    poll_timeout_s: float = 3.0
+
+
+def run_stomp_job(spec: StompJobSpec, fault: str | None = None,
+                  source_fault: str | None = None, env: dict[str, str] | None = None,
+                  timeout: float = 300.0) -> JobResult:
+    extra = dict(env or {})
+    if source_fault:
+        extra["SPARKEOS_SOURCE_FAULT"] = source_fault
+    return run_spec_process("integration.connectors.stomp.stomp_job", asdict(spec),
+                            spec.checkpoint + ".spec.json", fault, timeout, extra, cwd=ROOT)
+
+
+def _sink(spec: StompJobSpec) -> Any:
+    if spec.sink == "postgres":
+        from sparkeos.connectors.jdbc import PostgresSink
+
+        return PostgresSink(dsn=spec.pg_dsn, table=spec.output, create_table=True)
+    if spec.sink == "stomp":
+        from sparkeos.connectors.stomp import StompSink
+
+        return StompSink(spec.url, destination=spec.output,
+                         staging_dir=spec.checkpoint + "-staging")
+    from sparkeos.connectors.file import FileSink
+
+    return FileSink(spec.output)
+
+
+def _plain(spec: StompJobSpec, spark: Any) -> Any:
+    """The plain consumer: receive, write, ack; a fault kills it between write and ack."""
+    from sparkeos.connectors.stomp.client import Endpoint, StompClient
+    from sparkeos.core.faults import FaultPlan
+
+    fault = FaultPlan.from_env()
+    endpoint = Endpoint.parse(spec.url)
+
+    def batch_fn(_df: Any, batch_id: int) -> None:
+        with StompClient(endpoint) as client:
+            client.subscribe(spec.input_queue, "plain", "client-individual",
+                             {"subscription-type": "ANYCAST"} if client.kind == "artemis"
+                             else {})
+            frames = []
+            while len(frames) < spec.max_batch_messages:
+                frame = client.receive(spec.poll_timeout_s if not frames else 0.3)
+                if frame is None:
+                    break
+                frames.append(frame)
+            rows = [(int(json.loads(f.body)["id"]), f.body.decode()) for f in frames]
+            if rows:
+                spark.createDataFrame(rows, "id long, payload string").write.mode(
+                    "append").parquet(spec.output)
+            fault.driver("after_finished", batch_id)  # written, not yet acknowledged
+            if frames:
+                receipt = client.new_receipt()
+                for i, f in enumerate(frames):
+                    client.ack(f.headers["ack"],
+                               receipt=receipt if i == len(frames) - 1 else None)
+                client.wait_receipt(receipt, "acks")
+
+    return batch_fn
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as fh:
+        spec = StompJobSpec(**json.load(fh))
+    from sparkeos.connectors.stomp import stomp_source
+    from sparkeos.core.adapter import exactly_once
+    from sparkeos.core.spark import local_session
+
+    spark = local_session("sparkeos-stomp-job", "local[2]")
+    if spec.mode == "plain":
+        ticks = spec.checkpoint + "-ticks"  # one batch per file: a consume each
+        os.makedirs(ticks, exist_ok=True)
+        run = uuid.uuid4().hex[:8]  # new files each run: a restart consumes again
+        for i in range(8):
+            with open(os.path.join(ticks, f"tick-{run}-{i:03d}.txt"), "w") as fh:
+                fh.write(f"{i}\n")
+        stream = spark.readStream.option("maxFilesPerTrigger", 1).text(ticks)
+        query = (stream.writeStream.foreachBatch(_plain(spec, spark))
+                 .option("checkpointLocation", spec.checkpoint)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        spark.stop()
+        return 0
+    source = stomp_source(
+        spark, spec.url, spec.input_queue, spool_dir=spec.spool_dir,
+        max_batch_messages=spec.max_batch_messages, body_format=spec.body_format,
+        on_bad_message=spec.on_bad_message,
+        dead_letter_destination=spec.dead_letter_destination,
+        message_id_header=spec.message_id_header, poll_timeout_s=spec.poll_timeout_s)
+    df = source.selectExpr("CAST(get_json_object(body, '$.id') AS BIGINT) AS id",
+                           "body AS payload")
+    query = (df.writeStream.foreachBatch(exactly_once(_sink(spec), name="from-stomp"))
+             .option("checkpointLocation", spec.checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
