@@ -80,13 +80,6 @@ from sparkeos.core.errors import (
     RetriableError,
     SparkEOSError,
 )
-from sparkeos.core.fsutil import (
-    claim_dir,
-    fsync_path,
-    mark_driver_dir,
-    require_shared,
-    require_writable_dir,
-)
 from sparkeos.core.protocol import (
     CommitLocation,
     Receipt,
@@ -95,7 +88,8 @@ from sparkeos.core.protocol import (
     TxnState,
 )
 from sparkeos.core.records import RecordLayout, check_format, iter_records
-from sparkeos.core.txpool import AttemptRange, TransactionPool
+from sparkeos.core.staging import StagingArea, default_dir
+from sparkeos.core.txpool import AttemptRange
 
 from . import clients
 from .errors import (
@@ -130,10 +124,7 @@ T = TypeVar("T")
 
 def default_staging_dir() -> str:
     """``$SPARKEOS_KAFKA_STAGING_DIR``, else ``~/.sparkeos/kafka-staging``."""
-    configured = os.environ.get(STAGING_ENV)
-    if configured:
-        return os.path.abspath(os.path.expanduser(configured))
-    return os.path.join(os.path.expanduser("~"), ".sparkeos", "kafka-staging")
+    return default_dir(STAGING_ENV, "kafka-staging")
 
 
 @dataclass
@@ -482,19 +473,12 @@ class KafkaSink(TransactionalSink[_Handle]):
             )
 
     def _check_staging_dir(self) -> None:
-        require_writable_dir(
-            self._staging_root(), f"staging_dir {self._staging_root()}",
-            "create it and give the Spark user write access, or set "
-            f"KafkaSink(staging_dir=...) / ${STAGING_ENV} to a directory every executor "
-            "can reach at the same path",
-        )
-        mark_driver_dir(self._staging_root())
+        self.staging.check_on_driver()
 
     # -- phase 1 (tasks) ---------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Handle:
         if self.mode == "staged":
-            require_shared(self._staging_root(), f"staging_dir {self._staging_root()}", txn)
-            return _Handle(txn, directory=claim_dir(self._txn_dir(txn), txn))
+            return _Handle(txn, directory=self.staging.claim(txn))
         handle = _Handle(txn)
         producer = self._init_producer(txn, PHASE1)
         try:
@@ -545,12 +529,9 @@ class KafkaSink(TransactionalSink[_Handle]):
             handle.file.close()
             path = os.path.join(handle.directory, STAGED_FILE)
             if self.fsync:
-                fsync_path(path)
-                fsync_path(handle.directory)
-                fsync_path(os.path.dirname(handle.directory))
-                fsync_path(self._staging_root())
+                self.staging.make_durable(path)
             return {"mode": "staged", "rows": handle.rows, "bytes": os.path.getsize(path),
-                    "file": os.path.relpath(path, self._staging_root()),
+                    "file": self.staging.relative(path),
                     "host": socket.gethostname()}
         if handle.skipped:
             return {"mode": "direct", "rows": handle.rows, "skipped": True}
@@ -642,20 +623,8 @@ class KafkaSink(TransactionalSink[_Handle]):
             self._delete_staged(txn)
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
-        """One listing of the staging directory instead of one call per possible ID."""
-        if self.mode != "staged" or not ranges:
-            return
-        pool = TransactionPool(ranges[0].query_key, ranges[0].sink)
-        prefix = self.transactional_id_prefix
-        try:
-            names = os.listdir(self._staging_root())
-        except FileNotFoundError:
-            return
-        for name in names:
-            txn = pool.parse(name[len(prefix):]) if name.startswith(prefix) else None
-            if txn is not None and txn.txn_id not in keep and any(
-                    r.covers(txn) for r in ranges):
-                self._delete_staged(txn)
+        if self.mode == "staged":
+            self.staging.sweep(ranges, keep)
 
     def probe(self, txn: Transaction) -> TxnState:
         if self.mode == "staged":
@@ -806,39 +775,24 @@ class KafkaSink(TransactionalSink[_Handle]):
                          action=action, transactional_id=self.transactional_id(txn))
 
     # -- staging helpers ------------------------------------------------------------------------
-    def _staging_root(self) -> str:
+    @property
+    def staging(self) -> StagingArea:
         assert self.staging_dir is not None
-        return self.staging_dir
+        return StagingArea(self.staging_dir, prefix=self.transactional_id_prefix,
+                           setting=f"KafkaSink(staging_dir=...) / ${STAGING_ENV}")
 
     def _txn_dir(self, txn: Transaction) -> str:
         """The attempt's own staging directory."""
-        return os.path.join(self._staging_root(), self.transactional_id_prefix + txn.txn_id)
+        return self.staging.txn_dir(txn)
 
     def _delete_staged(self, txn: Transaction) -> None:
-        shutil.rmtree(self._txn_dir(txn), ignore_errors=True)
+        self.staging.delete(txn)
 
     def _staged_path(self, txn: Transaction, receipt: Receipt) -> str:
-        root = self._staging_root()
-        path = os.path.normpath(os.path.join(root, str(receipt["file"])))
-        if not path.startswith(root + os.sep):
-            raise DataLossError(
-                f"receipt names a staged file outside staging_dir: {receipt['file']!r}",
-                sink=txn.sink, batch_id=txn.batch_id, txn_id=self.transactional_id(txn),
-                fix="the commit log was edited or belongs to another sink configuration",
-            )
-        if os.path.exists(path):
+        path = self.staging.staged_file(txn, receipt, self.transactional_id(txn))
+        if path is not None:
             return path
-        host = socket.gethostname()
-        staged_on = receipt.get("host")
-        if staged_on and staged_on != host:
-            raise RetriableError(
-                f"staged file {path} was written on host {staged_on}, but this commit runs "
-                f"on {host}, where it does not exist",
-                sink=txn.sink, batch_id=txn.batch_id, txn_id=self.transactional_id(txn),
-                fix="staging_dir must be a directory every executor reaches at the same path "
-                "(a shared mount); restart the query once it is: the batch is decided and "
-                "is committed then",
-            )
+        path = os.path.join(self.staging.root, str(receipt["file"]))
         raise DataLossError(
             f"staged file {path} of a decided transaction is gone and the marker shows the "
             "transaction as not committed",

@@ -48,7 +48,7 @@ import shutil
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -62,14 +62,9 @@ from sparkeos.core.errors import (
     RetriableError,
     SparkEOSError,
 )
-from sparkeos.core.fsutil import (
-    claim_dir,
-    fsync_path,
-    mark_driver_dir,
-    require_shared,
-    require_writable_dir,
-)
+from sparkeos.core.fsutil import fsync_path
 from sparkeos.core.protocol import (
+    AttemptRange,
     CommitLocation,
     Receipt,
     Transaction,
@@ -77,7 +72,7 @@ from sparkeos.core.protocol import (
     TxnState,
 )
 from sparkeos.core.records import RecordLayout, check_format, iter_records
-from sparkeos.core.txpool import AttemptRange, TransactionPool
+from sparkeos.core.staging import StagingArea, default_dir
 
 from .client import (
     ARTEMIS,
@@ -102,10 +97,7 @@ _checked_lock = threading.Lock()
 
 def default_staging_dir() -> str:
     """``$SPARKEOS_STOMP_STAGING_DIR``, else ``~/.sparkeos/stomp-staging``."""
-    configured = os.environ.get(STAGING_ENV)
-    if configured:
-        return os.path.abspath(os.path.expanduser(configured))
-    return os.path.join(os.path.expanduser("~"), ".sparkeos", "stomp-staging")
+    return default_dir(STAGING_ENV, "stomp-staging")
 
 
 @dataclass
@@ -240,6 +232,12 @@ class StompSink(TransactionalSink[_Handle]):
         settings["heartbeats"] = tuple(settings.get("heartbeats", (0, 0)))
         return cls(**settings)
 
+    @property
+    def staging(self) -> StagingArea:
+        assert self.staging_dir is not None
+        return StagingArea(self.staging_dir,
+                           setting=f"StompSink(staging_dir=...) / ${STAGING_ENV}")
+
     def layout(self) -> RecordLayout:
         return RecordLayout(self.destination, self.destination_column, None, self.body_column,
                             self.headers_column, None, self.body_format,
@@ -252,12 +250,7 @@ class StompSink(TransactionalSink[_Handle]):
     # -- driver --------------------------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
         self.layout().check_schema(schema)
-        require_writable_dir(
-            self._root(), f"staging_dir {self._root()}",
-            "create it and give the Spark user write access, or set StompSink(staging_dir=...)"
-            f" / ${STAGING_ENV} to a directory every executor can reach at the same path",
-        )
-        mark_driver_dir(self._root())
+        self.staging.check_on_driver()
         self.check_broker()
 
     def check_broker(self) -> str:
@@ -307,8 +300,7 @@ class StompSink(TransactionalSink[_Handle]):
 
     # -- phase 1 ------------------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Handle:
-        require_shared(self._root(), f"staging_dir {self._root()}", txn)
-        return _Handle(txn, claim_dir(self._txn_dir(txn), txn))
+        return _Handle(txn, self.staging.claim(txn))
 
     def write(self, handle: _Handle, batch: pa.RecordBatch) -> None:
         records = self.layout().serialize(batch)
@@ -334,9 +326,8 @@ class StompSink(TransactionalSink[_Handle]):
         handle.file.close()
         path = os.path.join(handle.directory, STAGED_FILE)
         if self.fsync:
-            for target in (path, handle.directory, self._root()):
-                fsync_path(target)
-        return {"file": os.path.relpath(path, self._root()), "rows": handle.rows,
+            self.staging.make_durable(path)
+        return {"file": self.staging.relative(path), "rows": handle.rows,
                 "destinations": handle.destinations, "host": socket.gethostname()}
 
     def abort(self, handle: _Handle, txn: Transaction) -> None:
@@ -417,24 +408,10 @@ class StompSink(TransactionalSink[_Handle]):
 
     def rollback(self, txn: Transaction) -> None:
         """Delete what the attempt staged (nothing of it was ever sent)."""
-        shutil.rmtree(self._txn_dir(txn), ignore_errors=True)
+        self.staging.delete(txn)
 
-    def sweep(self, ranges: Any, keep: frozenset[str]) -> None:
-        """One listing of the staging directory instead of one call per possible ID."""
-        ranges = list(ranges)
-        if not ranges:
-            return
-        first: AttemptRange = ranges[0]
-        pool = TransactionPool(first.query_key, first.sink)
-        try:
-            names = os.listdir(self._root())
-        except FileNotFoundError:
-            return
-        for name in names:
-            txn = pool.parse(name)
-            if txn is not None and txn.txn_id not in keep and any(
-                    r.covers(txn) for r in ranges):
-                self.rollback(txn)
+    def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
+        self.staging.sweep(ranges, keep)
 
     def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
         """PUBLISHED records of this sink name under other query keys (a lost
@@ -452,21 +429,17 @@ class StompSink(TransactionalSink[_Handle]):
                 f"query keys {', '.join(others)}")
 
     def probe(self, txn: Transaction) -> TxnState:
-        if os.path.exists(os.path.join(self._txn_dir(txn), STAGED_FILE)):
+        if os.path.exists(os.path.join(self.staging.txn_dir(txn), STAGED_FILE)):
             return TxnState.PREPARED
         if self._published_batch(txn) >= txn.batch_id:
             return TxnState.COMMITTED
-        if os.path.isdir(self._txn_dir(txn)):
+        if os.path.isdir(self.staging.txn_dir(txn)):
             return TxnState.OPEN
         return TxnState.ABSENT
 
     # -- files -----------------------------------------------------------------------------------
     def _root(self) -> str:
-        assert self.staging_dir is not None
-        return self.staging_dir
-
-    def _txn_dir(self, txn: Transaction) -> str:
-        return os.path.join(self._root(), txn.txn_id)
+        return self.staging.root
 
     def _published_file(self, txn: Transaction) -> str:
         return os.path.join(self._root(), PUBLISHED_DIR, f"{txn.participant_id}.json")
@@ -495,27 +468,11 @@ class StompSink(TransactionalSink[_Handle]):
             fsync_path(os.path.dirname(final))
 
     def _staged_path(self, txn: Transaction, receipt: Receipt) -> str:
-        root = self._root()
-        path = os.path.normpath(os.path.join(root, str(receipt["file"])))
-        if not path.startswith(root + os.sep):
-            raise DataLossError(
-                f"receipt names a staged file outside staging_dir: {receipt['file']!r}",
-                sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
-                fix="the commit log was edited or belongs to another sink configuration",
-            )
-        if os.path.exists(path):
-            return path
-        staged_on, host = receipt.get("host"), socket.gethostname()
-        if staged_on and staged_on != host:
-            raise RetriableError(
-                f"staged file {path} was written on host {staged_on}, but this commit runs "
-                f"on {host}, where it does not exist",
-                sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
-                fix="staging_dir must be a directory every executor reaches at the same path "
-                "(a shared mount); restart the query once it is: the batch is decided and "
-                "is published then",
-            )
-        raise self._lost(txn, f"staged file {path} of a decided transaction is gone")
+        path = self.staging.staged_file(txn, receipt, txn.txn_id)
+        if path is None:
+            raise self._lost(txn, f"the staged file {receipt['file']} of a decided "
+                             "transaction is gone")
+        return path
 
     def _lost(self, txn: Transaction, problem: str) -> DataLossError:
         return DataLossError(
