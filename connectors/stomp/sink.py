@@ -17,8 +17,9 @@ Before the decision (driver)
 
 Phase 2 (a Spark task per participant, after ``decided(N)``)
     Every staged message is sent with ``persistent:true`` and a deterministic ID from
-    (query, sink, batch, partition, position) in both ``_AMQ_DUPL_ID`` (ActiveMQ
-    Artemis' duplicate detection) and ``dedup_header`` (for consumers that
+    (query, sink, batch, partition, position): in ``_AMQ_DUPL_ID`` with
+    ``duplicate_detection="broker"`` (ActiveMQ Artemis' duplicate detection; Artemis
+    hands the header on to consumers), else in ``dedup_header`` (for consumers that
     deduplicate); a RECEIPT on the last send confirms them all. Then a PUBLISHED file
     ``<staging_dir>/published/<participant>.json`` records the batch (a retried commit
     returns at once) and the staged file is deleted.
@@ -233,6 +234,13 @@ class StompSink(TransactionalSink[_Handle]):
         return cls(**settings)
 
     @property
+    def id_header(self) -> str:
+        """The header that carries each message's duplicate ID."""
+        if self.duplicate_detection == "broker":
+            return ARTEMIS_DUPLICATE_HEADER
+        return self.dedup_header
+
+    @property
     def staging(self) -> StagingArea:
         assert self.staging_dir is not None
         return StagingArea(self.staging_dir,
@@ -379,6 +387,7 @@ class StompSink(TransactionalSink[_Handle]):
 
     def _publish(self, txn: Transaction, path: str) -> None:
         stem = f"seos-{txn.query_key}-{txn.sink}-b{txn.batch_id}-p{txn.partition}-"
+        id_header = self.id_header
         fixed = dict(self.headers)
         fixed["persistent"] = "true"
         if self.destination_type:
@@ -386,10 +395,8 @@ class StompSink(TransactionalSink[_Handle]):
         def frames() -> Iterator[tuple[str, bytes, dict[str, str]]]:
             for position, (destination, body, headers) in enumerate(
                     self._staged_messages(path)):
-                dedup_id = f"{stem}{position}"
                 yield destination, body or b"", {**(headers or {}), **fixed,
-                                                 self.dedup_header: dedup_id,
-                                                 ARTEMIS_DUPLICATE_HEADER: dedup_id}
+                                                 id_header: f"{stem}{position}"}
 
         with self.client() as client:
             client.send_all(frames(), f"participant {txn.participant_id}")

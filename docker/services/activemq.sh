@@ -31,9 +31,8 @@
 #                                     .services/activemq-<instance> (give it another port)
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$SCRIPT_DIR/../.." && pwd)"
-SERVICES_DIR="${SPARKEOS_SERVICES_DIR:-$REPO/.services}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, take_lock, pids, ports
+
 PORT="${SPARKEOS_ACTIVEMQ_PORT:-39614}"
 HEAP="${SPARKEOS_ACTIVEMQ_HEAP:-512m}"
 JAVA_OPTS="${SPARKEOS_ACTIVEMQ_JAVA_OPTS--XX:TieredStopAtLevel=1}"
@@ -49,19 +48,6 @@ CONF="$CONF_DIR/activemq.xml"
 DATA="$ADIR/data"
 PIDFILE="$ADIR/activemq.pid"
 LOGFILE="$ADIR/activemq.log"
-HOST=127.0.0.1
-
-log() { echo "activemq.sh: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-# start and stop of one instance are serialized (two pytest sessions may start the same
-# broker at once). fd 9 holds the lock; the broker is started with 9>&- so it does not
-# inherit it.
-take_lock() {
-  mkdir -p "$1"
-  exec 9>>"$1/.lock"
-  flock -w 600 9 || die "could not lock $1/.lock within 600 s"
-}
 
 [[ "$PORT" =~ ^[0-9]+$ ]] || die "SPARKEOS_ACTIVEMQ_PORT must be a number"
 
@@ -69,22 +55,9 @@ take_lock() {
 
 cmd_fetch() {
   if [[ -f "$AMQ_JAR" ]]; then return 0; fi
-  local sudo=()
-  if [[ "$(id -u)" != 0 ]]; then
-    command -v sudo >/dev/null || die "$AMQ_HOME is missing and there is no sudo: apt-get install activemq"
-    sudo=(sudo -n)
-  fi
-  log "installing Debian's activemq package ..."
   local t0=$SECONDS
-  mkdir -p "$SERVICES_DIR"
   # the package starts nothing (no instance is enabled); policy-rc.d may refuse anyway
-  if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends activemq \
-      >"$SERVICES_DIR/apt-activemq.log" 2>&1; then
-    "${sudo[@]}" apt-get update -q >>"$SERVICES_DIR/apt-activemq.log" 2>&1 || true
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends activemq \
-      >>"$SERVICES_DIR/apt-activemq.log" 2>&1 \
-      || { tail -n 20 "$SERVICES_DIR/apt-activemq.log" >&2; die "apt-get install activemq failed (log: $SERVICES_DIR/apt-activemq.log)"; }
-  fi
+  apt_install activemq "$SERVICES_DIR/apt-activemq.log" "$AMQ_HOME"
   [[ -f "$AMQ_JAR" ]] || die "activemq installed but $AMQ_JAR is missing"
   log "activemq $(dpkg-query -W -f='${Version}' activemq 2>/dev/null || echo '?') installed ($((SECONDS - t0)) s)"
 }
@@ -148,46 +121,14 @@ EOF
 
 # ---------------------------------------------------------------- process
 
-read_pid() { [[ -f "$PIDFILE" ]] && tr -dc '0-9' <"$PIDFILE" || true; }
-
 # alive AND really our broker (guards against a recycled pid)
-pid_is_ours() {
-  local pid="$1"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "start xbean:file:$CONF"
-}
-
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+pid_is_ours() { pid_cmdline_has "$1" "start xbean:file:$CONF"; }
 
 # a STOMP 1.2 CONNECT with the credentials answers CONNECTED
-stomp_answers() {
-  timeout 10 bash -c '
-    exec 3<>"/dev/tcp/$0/$1" || exit 1
-    printf "CONNECT\naccept-version:1.2\nhost:%s\nlogin:%s\npasscode:%s\nheart-beat:0,0\n\n\0" "$0" "$2" "$3" >&3
-    IFS= read -r -t 8 line <&3 || exit 1
-    line="${line%$'"'"'\r'"'"'}"
-    [[ "$line" == CONNECTED ]] || exit 1
-    # a clean goodbye: DISCONNECT with a receipt, then read until the broker closes
-    printf "DISCONNECT\nreceipt:bye\n\n\0" >&3
-    while IFS= read -r -t 3 -d "" _ <&3; do :; done
-  ' "$HOST" "$PORT" "$USER_NAME" "$PASSWORD" 2>/dev/null
-}
+answers() { stomp_answers "$PORT" "$USER_NAME" "$PASSWORD"; }
 
 wait_ready() { # $1 = pid; returns when the broker answers, dies on exit or timeout
-  local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 40 "$LOGFILE" >&2
-      rm -f "$PIDFILE"
-      die "ActiveMQ (pid $pid) exited during start (log: $LOGFILE)"
-    fi
-    if port_open "$PORT" && stomp_answers; then return 0; fi
-    if ((SECONDS >= deadline)); then
-      tail -n 40 "$LOGFILE" >&2
-      die "ActiveMQ did not answer STOMP on $HOST:$PORT within $START_TIMEOUT s (pid $pid; log: $LOGFILE; stop it with: $0 stop)"
-    fi
-    sleep 0.25
-  done
+  wait_until_ready "$1" ActiveMQ "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" "answer STOMP on $HOST:$PORT" answers
 }
 
 JAVA=()
@@ -214,70 +155,35 @@ set_java() {
 
 cmd_start() {
   take_lock "$ADIR"
-  local pid; pid="$(read_pid)"
-  if pid_is_ours "$pid"; then   # already running (or still starting): just wait for it
+  local pid
+  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then   # already running (or still starting): just wait for it
     wait_ready "$pid"
     echo "stomp=$HOST:$PORT"
     return 0
   fi
   rm -f "$PIDFILE"
-  if port_open "$PORT"; then
-    die "port $PORT already in use by another process (set SPARKEOS_ACTIVEMQ_PORT)"
-  fi
+  ports_free "$PORT" || die "port $PORT already in use by another process (set SPARKEOS_ACTIVEMQ_PORT)"
   cmd_fetch
   write_config
   set_java
-  local t0; t0=$(date +%s%N)
+  local t0; t0="$(now_ns)"
   echo "==== $(date -Is) starting ActiveMQ Classic, STOMP on $HOST:$PORT" >>"$LOGFILE"
-  # The child writes its own pid and execs java, so the pid file names the JVM.
-  # setsid: its own session, so it outlives the caller's process group.
-  setsid bash -c 'cd "$1" || exit 1; echo $$ >"$0"; shift; exec "$@"' "$PIDFILE" "$ADIR" "${JAVA[@]}" \
-    </dev/null >>"$LOGFILE" 2>&1 9>&- &
-  local i
-  for ((i = 0; i < 100; i++)); do pid="$(read_pid)"; [[ -n "$pid" ]] && break; sleep 0.05; done
+  # spawn: the child (in $ADIR) writes its own pid and execs java, so the pid file names
+  # the JVM; its own session, so it outlives the caller's process group.
+  spawn "$PIDFILE" "$LOGFILE" "$ADIR" "${JAVA[@]}"
+  pid="$(await_pid "$PIDFILE")"
   [[ -n "$pid" ]] || die "ActiveMQ process did not start (log: $LOGFILE)"
   wait_ready "$pid"
-  local ms=$((($(date +%s%N) - t0) / 1000000))
-  log "ActiveMQ Classic up, pid $pid, $((ms / 1000)).$((ms % 1000 / 100)) s"
+  log "ActiveMQ Classic up, pid $pid, $(elapsed_since "$t0") s"
   echo "stomp=$HOST:$PORT"
 }
 
 cmd_stop() {
   take_lock "$ADIR"
-  local pid; pid="$(read_pid)"
-  if [[ -z "$pid" ]]; then log "not running (no pid file)"; return 0; fi
-  if ! pid_is_ours "$pid"; then
-    log "not running (stale pid file, pid $pid)"; rm -f "$PIDFILE"; return 0
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 300; i++)); do   # 30 s for a clean shutdown
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "pid $pid did not stop after TERM; sending KILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
-  rm -f "$PIDFILE"
-  log "stopped (pid $pid)"
+  stop_pidfile "$PIDFILE" pid_is_ours
 }
 
-cmd_status() {
-  local pid; pid="$(read_pid)"
-  if pid_is_ours "$pid"; then
-    local rss; rss="$(awk '/VmRSS/{print $2 " " $3}' "/proc/$pid/status" 2>/dev/null || echo '?')"
-    if stomp_answers; then
-      echo "running pid=$pid rss=$rss stomp=$HOST:$PORT"
-      return 0
-    fi
-    echo "starting-or-unresponsive pid=$pid stomp=$HOST:$PORT"
-    return 1
-  fi
-  echo "stopped"
-  return 3
-}
+cmd_status() { service_status "$PIDFILE" pid_is_ours "stomp=$HOST:$PORT" "stomp=$HOST:$PORT" answers; }
 
 case "${1:-}" in
   fetch) cmd_fetch ;;

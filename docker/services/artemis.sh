@@ -39,9 +39,8 @@
 # pristine copies the CLI created (*.orig), so changed settings take effect at the next start.
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$SCRIPT_DIR/../.." && pwd)"
-SERVICES_DIR="${SPARKEOS_SERVICES_DIR:-$REPO/.services}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, take_lock, pids, ports
+
 ARTEMIS_VERSION="${SPARKEOS_ARTEMIS_VERSION:-2.56.0}"
 PORT="${SPARKEOS_ARTEMIS_PORT:-39613}"
 CORE_PORT="${SPARKEOS_ARTEMIS_CORE_PORT:-39616}"
@@ -58,19 +57,6 @@ ADIR="$SERVICES_DIR/artemis${SPARKEOS_ARTEMIS_INSTANCE:+-$SPARKEOS_ARTEMIS_INSTA
 INSTANCE="$ADIR/instance"
 PIDFILE="$ADIR/artemis.pid"
 LOGFILE="$ADIR/artemis.log"
-HOST=127.0.0.1
-
-log() { echo "artemis.sh: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-# start and stop of one instance are serialized (two pytest sessions may start the same
-# broker at once). fd 9 holds the lock; the broker is started with 9>&- so it does not
-# inherit it.
-take_lock() {
-  mkdir -p "$1"
-  exec 9>>"$1/.lock"
-  flock -w 600 9 || die "could not lock $1/.lock within 600 s"
-}
 
 [[ "$PORT" =~ ^[0-9]+$ && "$CORE_PORT" =~ ^[0-9]+$ ]] || die "ports must be numbers"
 [[ "$ID_CACHE_SIZE" =~ ^[0-9]+$ ]] || die "SPARKEOS_ARTEMIS_ID_CACHE_SIZE must be a number"
@@ -156,48 +142,16 @@ write_config() {
 
 # ---------------------------------------------------------------- process
 
-read_pid() { [[ -f "$PIDFILE" ]] && tr -dc '0-9' <"$PIDFILE" || true; }
-
 # alive AND really our broker (guards against a recycled pid)
 pid_is_ours() {
-  local pid="$1"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null \
-    | grep -F -- "-Dartemis.instance=$INSTANCE " | grep -qF "org.apache.activemq.artemis.boot.Artemis run"
+  pid_cmdline_has "$1" "-Dartemis.instance=$INSTANCE " "org.apache.activemq.artemis.boot.Artemis run"
 }
-
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
 # a STOMP 1.2 CONNECT with the credentials answers CONNECTED
-stomp_answers() {
-  timeout 10 bash -c '
-    exec 3<>"/dev/tcp/$0/$1" || exit 1
-    printf "CONNECT\naccept-version:1.2\nhost:%s\nlogin:%s\npasscode:%s\nheart-beat:0,0\n\n\0" "$0" "$2" "$3" >&3
-    IFS= read -r -t 8 line <&3 || exit 1
-    line="${line%$'"'"'\r'"'"'}"
-    [[ "$line" == CONNECTED ]] || exit 1
-    # a clean goodbye (else the broker logs a connection reset): DISCONNECT with a
-    # receipt, then read until the broker closes the connection after the RECEIPT
-    printf "DISCONNECT\nreceipt:bye\n\n\0" >&3
-    while IFS= read -r -t 3 -d "" _ <&3; do :; done
-  ' "$HOST" "$PORT" "$USER_NAME" "$PASSWORD" 2>/dev/null
-}
+answers() { stomp_answers "$PORT" "$USER_NAME" "$PASSWORD"; }
 
 wait_ready() { # $1 = pid; returns when the broker answers, dies on exit or timeout
-  local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 40 "$LOGFILE" >&2
-      rm -f "$PIDFILE"
-      die "Artemis (pid $pid) exited during start (log: $LOGFILE)"
-    fi
-    if port_open "$PORT" && stomp_answers; then return 0; fi
-    if ((SECONDS >= deadline)); then
-      tail -n 40 "$LOGFILE" >&2
-      die "Artemis did not answer STOMP on $HOST:$PORT within $START_TIMEOUT s (pid $pid; log: $LOGFILE; stop it with: $0 stop)"
-    fi
-    sleep 0.25
-  done
+  wait_until_ready "$1" Artemis "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" "answer STOMP on $HOST:$PORT" answers
 }
 
 print_urls() {
@@ -207,70 +161,39 @@ print_urls() {
 
 cmd_start() {
   take_lock "$ADIR"
-  local pid; pid="$(read_pid)"
-  if pid_is_ours "$pid"; then   # already running (or still starting): just wait for it
+  local pid
+  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then   # already running (or still starting): just wait for it
     wait_ready "$pid"
     print_urls
     return 0
   fi
   rm -f "$PIDFILE"
-  if port_open "$PORT" || port_open "$CORE_PORT"; then
-    die "port $PORT or $CORE_PORT already in use by another process (set SPARKEOS_ARTEMIS_PORT / SPARKEOS_ARTEMIS_CORE_PORT)"
-  fi
+  ports_free "$PORT" "$CORE_PORT" \
+    || die "port $PORT or $CORE_PORT already in use by another process (set SPARKEOS_ARTEMIS_PORT / SPARKEOS_ARTEMIS_CORE_PORT)"
   cmd_fetch
   create_instance
   write_config
-  local t0; t0=$(date +%s%N)
+  local t0; t0="$(now_ns)"
   echo "==== $(date -Is) starting Artemis $ARTEMIS_VERSION, STOMP on $HOST:$PORT, CORE on $HOST:$CORE_PORT" >>"$LOGFILE"
-  # The child writes its own pid and execs bin/artemis, which execs java: the pid file
-  # names the JVM. setsid: its own session, so it outlives the caller's process group.
+  # spawn: the child writes its own pid and execs bin/artemis, which execs java: the pid
+  # file names the JVM; its own session, so it outlives the caller's process group.
   # JAVA_ARGS unset: the profile's line (written above) applies.
-  setsid env -u JAVA_ARGS -u JAVA_ARGS_APPEND bash -c 'echo $$ >"$0"; exec "$1" run' \
-    "$PIDFILE" "$INSTANCE/bin/artemis" </dev/null >>"$LOGFILE" 2>&1 9>&- &
-  local i
-  for ((i = 0; i < 100; i++)); do pid="$(read_pid)"; [[ -n "$pid" ]] && break; sleep 0.05; done
+  spawn "$PIDFILE" "$LOGFILE" . env -u JAVA_ARGS -u JAVA_ARGS_APPEND "$INSTANCE/bin/artemis" run
+  pid="$(await_pid "$PIDFILE")"
   [[ -n "$pid" ]] || die "Artemis process did not start (log: $LOGFILE)"
   wait_ready "$pid"
-  local ms=$((($(date +%s%N) - t0) / 1000000))
-  log "Artemis $ARTEMIS_VERSION up, pid $pid, $((ms / 1000)).$((ms % 1000 / 100)) s"
+  log "Artemis $ARTEMIS_VERSION up, pid $pid, $(elapsed_since "$t0") s"
   print_urls
 }
 
 cmd_stop() {
   take_lock "$ADIR"
-  local pid; pid="$(read_pid)"
-  if [[ -z "$pid" ]]; then log "not running (no pid file)"; return 0; fi
-  if ! pid_is_ours "$pid"; then
-    log "not running (stale pid file, pid $pid)"; rm -f "$PIDFILE"; return 0
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 300; i++)); do   # 30 s for a clean shutdown
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "pid $pid did not stop after TERM; sending KILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
-  rm -f "$PIDFILE"
-  log "stopped (pid $pid)"
+  stop_pidfile "$PIDFILE" pid_is_ours
 }
 
 cmd_status() {
-  local pid; pid="$(read_pid)"
-  if pid_is_ours "$pid"; then
-    local rss; rss="$(awk '/VmRSS/{print $2 " " $3}' "/proc/$pid/status" 2>/dev/null || echo '?')"
-    if stomp_answers; then
-      echo "running pid=$pid rss=$rss stomp=$HOST:$PORT core=tcp://$HOST:$CORE_PORT version=$ARTEMIS_VERSION"
-      return 0
-    fi
-    echo "starting-or-unresponsive pid=$pid stomp=$HOST:$PORT"
-    return 1
-  fi
-  echo "stopped"
-  return 3
+  service_status "$PIDFILE" pid_is_ours \
+    "stomp=$HOST:$PORT core=tcp://$HOST:$CORE_PORT version=$ARTEMIS_VERSION" "stomp=$HOST:$PORT" answers
 }
 
 # ---------------------------------------------------------------- queue stat

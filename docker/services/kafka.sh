@@ -27,9 +27,8 @@
 #                                    default: the Spark version, then known fallbacks
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$SCRIPT_DIR/../.." && pwd)"
-SERVICES_DIR="${SPARKEOS_SERVICES_DIR:-$REPO/.services}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, pids, ports
+
 KAFKA_VERSION="${SPARKEOS_KAFKA_VERSION:-4.3.1}"
 LOG4J_VERSION="2.25.4"          # log4j2 binding for slf4j 1.x (what Kafka 4.x logs through)
 PORT="${SPARKEOS_KAFKA_PORT:-39092}"
@@ -49,12 +48,8 @@ LOG4J_CONF="$KDIR/log4j2.properties"
 PIDFILE="$KDIR/kafka.pid"
 LOGFILE="$KDIR/kafka.log"
 SPARK_JARS="$SERVICES_DIR/spark-jars"
-HOST=127.0.0.1
 
 if [[ -x "$REPO/.venv/bin/python" ]]; then PY="$REPO/.venv/bin/python"; else PY="$(command -v python3 || true)"; fi
-
-log() { echo "kafka.sh: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
 
 # ---------------------------------------------------------------- fetch
 
@@ -187,16 +182,8 @@ cmd_spark_jars() {
 
 # ---------------------------------------------------------------- process
 
-read_pid() { [[ -f "$PIDFILE" ]] && tr -dc '0-9' <"$PIDFILE" || true; }
-
 # alive AND really our broker (guards against a recycled pid)
-pid_is_ours() {
-  local pid="$1"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "kafka.Kafka $PROPS"
-}
-
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+pid_is_ours() { pid_cmdline_has "$1" "kafka.Kafka $PROPS"; }
 
 broker_answers() { # a Kafka metadata round trip, or a TCP connect without confluent_kafka
   if [[ -n "$PY" ]] && "$PY" -c 'import confluent_kafka' 2>/dev/null; then
@@ -281,88 +268,42 @@ format_storage() {
 }
 
 wait_ready() { # $1 = pid; returns when the broker answers, dies on exit or timeout
-  local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 40 "$LOGFILE" >&2
-      rm -f "$PIDFILE"
-      die "Kafka (pid $pid) exited during start (log: $LOGFILE)"
-    fi
-    if port_open "$PORT" && broker_answers; then return 0; fi
-    if ((SECONDS >= deadline)); then
-      tail -n 40 "$LOGFILE" >&2
-      die "Kafka did not answer on $HOST:$PORT within $START_TIMEOUT s (pid $pid; log: $LOGFILE; stop it with: $0 stop)"
-    fi
-    sleep 0.25
-  done
+  wait_until_ready "$1" Kafka "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" "answer on $HOST:$PORT" broker_answers
 }
 
 cmd_start() {
-  local pid; pid="$(read_pid)"
-  if pid_is_ours "$pid"; then   # already running (or still starting): just wait for it
+  local pid
+  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then   # already running (or still starting): just wait for it
     wait_ready "$pid"
     echo "bootstrap=$HOST:$PORT"
     return 0
   fi
   rm -f "$PIDFILE"
-  if port_open "$PORT" || port_open "$CONTROLLER_PORT"; then
-    die "port $PORT or $CONTROLLER_PORT already in use by another process (set SPARKEOS_KAFKA_PORT / SPARKEOS_KAFKA_CONTROLLER_PORT)"
-  fi
+  ports_free "$PORT" "$CONTROLLER_PORT" \
+    || die "port $PORT or $CONTROLLER_PORT already in use by another process (set SPARKEOS_KAFKA_PORT / SPARKEOS_KAFKA_CONTROLLER_PORT)"
   fetch_kafka
   # the broker does not need Spark's connector: a failure there only warns
   (fetch_spark_jars) || log "WARNING: Spark's Kafka connector not fetched (run: $0 fetch)"
   write_config
   set_java
   format_storage
-  local t0; t0=$(date +%s%N)
+  local t0; t0="$(now_ns)"
   echo "==== $(date -Is) starting Kafka $KAFKA_VERSION on $HOST:$PORT" >>"$LOGFILE"
-  # The child writes its own pid and execs java, so the pid file names the JVM.
-  # setsid: its own session, so it outlives the caller's process group.
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PIDFILE" "${JAVA[@]}" kafka.Kafka "$PROPS" \
-    </dev/null >>"$LOGFILE" 2>&1 &
-  local i
-  for ((i = 0; i < 100; i++)); do pid="$(read_pid)"; [[ -n "$pid" ]] && break; sleep 0.05; done
+  # spawn: the child writes its own pid and execs java, so the pid file names the JVM;
+  # its own session, so it outlives the caller's process group.
+  spawn "$PIDFILE" "$LOGFILE" . "${JAVA[@]}" kafka.Kafka "$PROPS"
+  pid="$(await_pid "$PIDFILE")"
   [[ -n "$pid" ]] || die "Kafka process did not start (log: $LOGFILE)"
   wait_ready "$pid"
-  local ms=$((($(date +%s%N) - t0) / 1000000))
-  log "Kafka $KAFKA_VERSION up, pid $pid, $((ms / 1000)).$((ms % 1000 / 100)) s"
+  log "Kafka $KAFKA_VERSION up, pid $pid, $(elapsed_since "$t0") s"
   echo "bootstrap=$HOST:$PORT"
 }
 
-cmd_stop() {
-  local pid; pid="$(read_pid)"
-  if [[ -z "$pid" ]]; then log "not running (no pid file)"; return 0; fi
-  if ! pid_is_ours "$pid"; then
-    log "not running (stale pid file, pid $pid)"; rm -f "$PIDFILE"; return 0
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 300; i++)); do   # 30 s for a controlled shutdown
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "pid $pid did not stop after TERM; sending KILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
-  rm -f "$PIDFILE"
-  log "stopped (pid $pid)"
-}
+cmd_stop() { stop_pidfile "$PIDFILE" pid_is_ours; }
 
 cmd_status() {
-  local pid; pid="$(read_pid)"
-  if pid_is_ours "$pid"; then
-    local rss; rss="$(awk '/VmRSS/{print $2 " " $3}' "/proc/$pid/status" 2>/dev/null || echo '?')"
-    if broker_answers; then
-      echo "running pid=$pid rss=$rss bootstrap=$HOST:$PORT version=$KAFKA_VERSION"
-      return 0
-    fi
-    echo "starting-or-unresponsive pid=$pid bootstrap=$HOST:$PORT"
-    return 1
-  fi
-  echo "stopped"
-  return 3
+  service_status "$PIDFILE" pid_is_ours "bootstrap=$HOST:$PORT version=$KAFKA_VERSION" "bootstrap=$HOST:$PORT" \
+    broker_answers
 }
 
 case "${1:-}" in

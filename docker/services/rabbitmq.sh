@@ -30,9 +30,8 @@
 #   SPARKEOS_RABBITMQ_START_TIMEOUT   seconds, default 90
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$SCRIPT_DIR/../.." && pwd)"
-SERVICES_DIR="${SPARKEOS_SERVICES_DIR:-$REPO/.services}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, take_lock, pids, ports
+
 PORT="${SPARKEOS_RABBITMQ_PORT:-39615}"
 DIST_PORT="${SPARKEOS_RABBITMQ_DIST_PORT:-39618}"
 EPMD_PORT="${SPARKEOS_RABBITMQ_EPMD_PORT:-39617}"
@@ -48,19 +47,6 @@ MNESIA="$RDIR/mnesia"
 PIDFILE="$RDIR/rabbitmq.pid"
 EPMD_PIDFILE="$RDIR/epmd.pid"
 LOGFILE="$RDIR/rabbitmq.log"
-HOST=127.0.0.1
-
-log() { echo "rabbitmq.sh: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-# start and stop of one instance are serialized (two pytest sessions may start the same
-# broker at once). fd 9 holds the lock; the broker is started with 9>&- so it does not
-# inherit it.
-take_lock() {
-  mkdir -p "$1"
-  exec 9>>"$1/.lock"
-  flock -w 600 9 || die "could not lock $1/.lock within 600 s"
-}
 
 for p in "$PORT" "$DIST_PORT" "$EPMD_PORT"; do [[ "$p" =~ ^[0-9]+$ ]] || die "ports must be numbers"; done
 
@@ -89,22 +75,9 @@ cmd_fetch() {
   if [[ -x "$RMQ_BIN/rabbitmq-server" ]] && compgen -G "/usr/lib/rabbitmq/lib/*/plugins/rabbitmq_stomp-*" >/dev/null; then
     return 0
   fi
-  local sudo=()
-  if [[ "$(id -u)" != 0 ]]; then
-    command -v sudo >/dev/null || die "rabbitmq-server is missing and there is no sudo: apt-get install rabbitmq-server"
-    sudo=(sudo -n)
-  fi
-  log "installing Debian's rabbitmq-server package ..."
   local t0=$SECONDS
-  mkdir -p "$SERVICES_DIR"
   # its postinst would start the system service; policy-rc.d usually refuses (containers)
-  if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends rabbitmq-server \
-      >"$SERVICES_DIR/apt-rabbitmq.log" 2>&1; then
-    "${sudo[@]}" apt-get update -q >>"$SERVICES_DIR/apt-rabbitmq.log" 2>&1 || true
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends rabbitmq-server \
-      >>"$SERVICES_DIR/apt-rabbitmq.log" 2>&1 \
-      || { tail -n 20 "$SERVICES_DIR/apt-rabbitmq.log" >&2; die "apt-get install rabbitmq-server failed (log: $SERVICES_DIR/apt-rabbitmq.log)"; }
-  fi
+  apt_install rabbitmq-server "$SERVICES_DIR/apt-rabbitmq.log" rabbitmq-server
   [[ -x "$RMQ_BIN/rabbitmq-server" ]] || die "rabbitmq-server installed but $RMQ_BIN/rabbitmq-server is missing"
   log "rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server 2>/dev/null || echo '?') installed ($((SECONDS - t0)) s)"
 }
@@ -135,86 +108,32 @@ EOF
 
 # ---------------------------------------------------------------- process
 
-read_pid() { [[ -f "$1" ]] && tr -dc '0-9' <"$1" || true; }
-
 # alive AND really our node (guards against a recycled pid): its environment names our data
-pid_is_ours() {
-  local pid="$1"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "RABBITMQ_MNESIA_BASE=$MNESIA"
-}
+pid_is_ours() { pid_environ_has "$1" "RABBITMQ_MNESIA_BASE=$MNESIA"; }
 
-epmd_is_ours() {
-  local pid="$1"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "epmd -port $EPMD_PORT "
-}
-
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+epmd_is_ours() { pid_cmdline_has "$1" "epmd -port $EPMD_PORT "; }
 
 # a STOMP 1.2 CONNECT with the credentials answers CONNECTED (host: is the vhost)
-stomp_answers() {
-  timeout 10 bash -c '
-    exec 3<>"/dev/tcp/$0/$1" || exit 1
-    printf "CONNECT\naccept-version:1.2\nhost:%s\nlogin:%s\npasscode:%s\nheart-beat:0,0\n\n\0" "$4" "$2" "$3" >&3
-    IFS= read -r -t 8 line <&3 || exit 1
-    line="${line%$'"'"'\r'"'"'}"
-    [[ "$line" == CONNECTED ]] || exit 1
-    # a clean goodbye: DISCONNECT with a receipt, then read until the broker closes
-    printf "DISCONNECT\nreceipt:bye\n\n\0" >&3
-    while IFS= read -r -t 3 -d "" _ <&3; do :; done
-  ' "$HOST" "$PORT" "$USER_NAME" "$PASSWORD" "$VHOST" 2>/dev/null
-}
+answers() { stomp_answers "$PORT" "$USER_NAME" "$PASSWORD" "$VHOST"; }
 
 start_epmd() {
-  local pid; pid="$(read_pid "$EPMD_PIDFILE")"
-  if epmd_is_ours "$pid"; then return 0; fi
+  if epmd_is_ours "$(read_pid "$EPMD_PIDFILE")"; then return 0; fi
   rm -f "$EPMD_PIDFILE"
-  if port_open "$EPMD_PORT"; then
-    die "port $EPMD_PORT (private epmd) already in use by another process (set SPARKEOS_RABBITMQ_EPMD_PORT)"
-  fi
+  ports_free "$EPMD_PORT" \
+    || die "port $EPMD_PORT (private epmd) already in use by another process (set SPARKEOS_RABBITMQ_EPMD_PORT)"
   command -v epmd >/dev/null || die "epmd not found (apt-get install erlang-base)"
   # foreground epmd (no -daemon), so the pid file names it
-  setsid bash -c 'echo $$ >"$0"; exec epmd -port "$1" -address "$2"' "$EPMD_PIDFILE" "$EPMD_PORT" "$HOST" \
-    </dev/null >>"$RDIR/epmd.log" 2>&1 9>&- &
+  spawn "$EPMD_PIDFILE" "$RDIR/epmd.log" . epmd -port "$EPMD_PORT" -address "$HOST"
   local i
   for ((i = 0; i < 100; i++)); do
-    pid="$(read_pid "$EPMD_PIDFILE")"
-    if [[ -n "$pid" ]] && epmd -port "$EPMD_PORT" -names >/dev/null 2>&1; then return 0; fi
+    if [[ -n "$(read_pid "$EPMD_PIDFILE")" ]] && epmd -port "$EPMD_PORT" -names >/dev/null 2>&1; then return 0; fi
     sleep 0.05
   done
   die "the private epmd did not start on $HOST:$EPMD_PORT (log: $RDIR/epmd.log)"
 }
 
-stop_pid() { # $1 = pid, $2 = name
-  local pid="$1" i
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 300; i++)); do   # 30 s for a clean shutdown
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "$2 (pid $pid) did not stop after TERM; sending KILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
-}
-
 wait_ready() { # $1 = pid; returns when the broker answers, dies on exit or timeout
-  local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 40 "$LOGFILE" >&2
-      rm -f "$PIDFILE"
-      die "RabbitMQ (pid $pid) exited during start (log: $LOGFILE)"
-    fi
-    if port_open "$PORT" && stomp_answers; then return 0; fi
-    if ((SECONDS >= deadline)); then
-      tail -n 40 "$LOGFILE" >&2
-      die "RabbitMQ did not answer STOMP on $HOST:$PORT within $START_TIMEOUT s (pid $pid; log: $LOGFILE; stop it with: $0 stop)"
-    fi
-    sleep 0.25
-  done
+  wait_until_ready "$1" RabbitMQ "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" "answer STOMP on $HOST:$PORT" answers
 }
 
 print_urls() {
@@ -224,49 +143,37 @@ print_urls() {
 
 cmd_start() {
   take_lock "$RDIR"
-  local pid; pid="$(read_pid "$PIDFILE")"
-  if pid_is_ours "$pid"; then   # already running (or still starting): just wait for it
+  local pid
+  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then   # already running (or still starting): just wait for it
     wait_ready "$pid"
     print_urls
     return 0
   fi
   rm -f "$PIDFILE"
-  if port_open "$PORT" || port_open "$DIST_PORT"; then
-    die "port $PORT or $DIST_PORT already in use by another process (set SPARKEOS_RABBITMQ_PORT / SPARKEOS_RABBITMQ_DIST_PORT)"
-  fi
+  ports_free "$PORT" "$DIST_PORT" \
+    || die "port $PORT or $DIST_PORT already in use by another process (set SPARKEOS_RABBITMQ_PORT / SPARKEOS_RABBITMQ_DIST_PORT)"
   cmd_fetch
   write_config
   rmq_env
-  local t0; t0=$(date +%s%N)
+  local t0; t0="$(now_ns)"
   start_epmd
   echo "==== $(date -Is) starting RabbitMQ node $NODENAME, STOMP on $HOST:$PORT" >>"$LOGFILE"
-  # The child writes its own pid and execs rabbitmq-server, which (with "detached" set)
-  # execs erl, which execs beam.smp: the pid file names the Erlang VM. setsid: its own
-  # session, so it outlives the caller's process group.
-  detached=true setsid bash -c 'cd "$1" || exit 1; echo $$ >"$0"; exec "$2"' \
-    "$PIDFILE" "$RDIR" "$RMQ_BIN/rabbitmq-server" </dev/null >>"$LOGFILE" 2>&1 9>&- &
-  local i
-  for ((i = 0; i < 100; i++)); do pid="$(read_pid "$PIDFILE")"; [[ -n "$pid" ]] && break; sleep 0.05; done
+  # spawn: the child (in $RDIR) writes its own pid and execs rabbitmq-server, which (with
+  # "detached" set) execs erl, which execs beam.smp: the pid file names the Erlang VM; its
+  # own session, so it outlives the caller's process group.
+  spawn "$PIDFILE" "$LOGFILE" "$RDIR" env detached=true "$RMQ_BIN/rabbitmq-server"
+  pid="$(await_pid "$PIDFILE")"
   [[ -n "$pid" ]] || die "RabbitMQ process did not start (log: $LOGFILE)"
   wait_ready "$pid"
-  local ms=$((($(date +%s%N) - t0) / 1000000))
-  log "RabbitMQ up, pid $pid, $((ms / 1000)).$((ms % 1000 / 100)) s"
+  log "RabbitMQ up, pid $pid, $(elapsed_since "$t0") s"
   print_urls
 }
 
 cmd_stop() {
   take_lock "$RDIR"
-  local pid; pid="$(read_pid "$PIDFILE")"
-  if [[ -z "$pid" ]]; then
-    log "not running (no pid file)"
-  elif ! pid_is_ours "$pid"; then
-    log "not running (stale pid file, pid $pid)"
-  else
-    stop_pid "$pid" RabbitMQ
-    log "stopped (pid $pid)"
-  fi
-  rm -f "$PIDFILE"
-  pid="$(read_pid "$EPMD_PIDFILE")"
+  stop_pidfile "$PIDFILE" pid_is_ours RabbitMQ
+  rm -f "$PIDFILE"   # also one without a pid
+  local pid; pid="$(read_pid "$EPMD_PIDFILE")"
   if epmd_is_ours "$pid"; then
     stop_pid "$pid" epmd
     log "stopped the private epmd (pid $pid)"
@@ -275,18 +182,7 @@ cmd_stop() {
 }
 
 cmd_status() {
-  local pid; pid="$(read_pid "$PIDFILE")"
-  if pid_is_ours "$pid"; then
-    local rss; rss="$(awk '/VmRSS/{print $2 " " $3}' "/proc/$pid/status" 2>/dev/null || echo '?')"
-    if stomp_answers; then
-      echo "running pid=$pid rss=$rss stomp=$HOST:$PORT node=$NODENAME"
-      return 0
-    fi
-    echo "starting-or-unresponsive pid=$pid stomp=$HOST:$PORT"
-    return 1
-  fi
-  echo "stopped"
-  return 3
+  service_status "$PIDFILE" pid_is_ours "stomp=$HOST:$PORT node=$NODENAME" "stomp=$HOST:$PORT" answers
 }
 
 cmd_ctl() {
