@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import tempfile
 
 from .errors import AttemptFencedError, ConfigurationError
 from .txpool import Transaction
@@ -16,6 +18,27 @@ def fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomically(path: str, data: bytes, *, fsync: bool = True) -> None:
+    """Replace ``path`` with ``data`` all at once (a unique temporary file in the same
+    directory, renamed over it): a reader sees the old content or the new, never a
+    part. With ``fsync``, the data and the rename are durable when it returns."""
+    directory = os.path.dirname(path) or "."
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if fsync:
+                os.fsync(fh.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    if fsync:
+        fsync_path(directory)
 
 
 def require_writable_dir(directory: str, what: str, fix: str) -> None:

@@ -29,8 +29,6 @@ ARTEMIS = "artemis"
 CLASSIC = "activemq"
 RABBITMQ = "rabbitmq"
 OTHER = "other"
-DUPLICATE_CODE = "AMQ339013"
-"""Artemis: a transaction held an already-seen duplicate ID; all of it was discarded."""
 
 
 class BrokerRejected(Exception):
@@ -41,10 +39,6 @@ class BrokerRejected(Exception):
         super().__init__(message)
         self.headers = dict(headers or {})
         self.body = body
-
-    @property
-    def duplicate(self) -> bool:
-        return DUPLICATE_CODE in f"{self} {self.body} {self.headers}"
 
 
 class ConnectionLost(Exception):
@@ -188,7 +182,6 @@ class StompClient:
         self.connect_headers = dict(connect_headers or {})
         self._conn: Any = None
         self._listener = _Listener()
-        self._tx = itertools.count(1)
 
     # -- connection ----------------------------------------------------------------------
     def connect(self) -> StompClient:
@@ -346,23 +339,6 @@ class StompClient:
             self.wait_receipt(receipt, f"{count} messages ({what})")
         return count
 
-    def begin(self) -> str:
-        tx = f"seos-tx{next(self._tx)}"
-        self._require().begin(tx)
-        return tx
-
-    def commit(self, transaction: str) -> None:
-        receipt = self.new_receipt()
-        self._require().commit(transaction, headers={"receipt": receipt})
-        self.wait_receipt(receipt, f"COMMIT of {transaction}")
-
-    def abort(self, transaction: str) -> None:
-        try:
-            if self.connected:
-                self._conn.abort(transaction)
-        except Exception:
-            pass
-
     def subscribe(self, destination: str, subscription: str, ack: str,
                   headers: Mapping[str, str] | None = None) -> None:
         receipt = self.new_receipt()
@@ -380,9 +356,6 @@ class StompClient:
 
     def ack(self, ack_id: str, receipt: str | None = None) -> None:
         self._require().ack(ack_id, receipt=receipt)
-
-    def nack(self, ack_id: str) -> None:
-        self._require().nack(ack_id)
 
 
 def reachable(endpoint: Endpoint, timeout_s: float) -> bool:

@@ -47,7 +47,6 @@ import os
 import re
 import shutil
 import socket
-import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,7 +62,7 @@ from sparkeos.core.errors import (
     RetriableError,
     SparkEOSError,
 )
-from sparkeos.core.fsutil import fsync_path
+from sparkeos.core.fsutil import write_atomically
 from sparkeos.core.protocol import (
     AttemptRange,
     CommitLocation,
@@ -355,12 +354,12 @@ class StompSink(TransactionalSink[_Handle]):
             return
         try:
             self._publish(txn, self._staged_path(txn, receipt))
-        except (DataLossError, FileNotFoundError):
+        except (DataLossError, FileNotFoundError) as exc:
             # A concurrent attempt of this commit may have published and deleted the
             # staged file between our checks: its PUBLISHED record says so.
             if self._published_batch(txn) >= txn.batch_id:
                 return
-            if isinstance(sys.exc_info()[1], DataLossError):
+            if isinstance(exc, DataLossError):
                 raise
             raise self._lost(txn, "the staged file vanished while it was read") from None
         except SparkEOSError:
@@ -464,15 +463,8 @@ class StompSink(TransactionalSink[_Handle]):
     def _mark_published(self, txn: Transaction) -> None:
         final = self._published_file(txn)
         os.makedirs(os.path.dirname(final), exist_ok=True)
-        temp = f"{final}.{txn.txn_id}.tmp"
-        with open(temp, "wb") as fh:
-            fh.write(json.dumps({"batch": txn.batch_id, "txn": txn.txn_id}).encode())
-            fh.flush()
-            if self.fsync:
-                os.fsync(fh.fileno())
-        os.replace(temp, final)
-        if self.fsync:
-            fsync_path(os.path.dirname(final))
+        write_atomically(final, json.dumps({"batch": txn.batch_id, "txn": txn.txn_id}).encode(),
+                         fsync=self.fsync)
 
     def _staged_path(self, txn: Transaction, receipt: Receipt) -> str:
         path = self.staging.staged_file(txn, receipt, txn.txn_id)

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from sparkeos.core.dedup import SeenIds
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.fsutil import fsync_path
+from sparkeos.core.fsutil import fsync_path, write_atomically
 
 PULL = re.compile(r"^(\d{20})-(\d{20})\.arrow$")
 SPOOL_SCHEMA = pa.schema([
@@ -45,18 +45,6 @@ class Pull:
     first: int
     last: int
     path: str
-
-
-def _atomic_write(path: str, data: bytes, fsync: bool) -> None:
-    temp = f"{path}.tmp"
-    with open(temp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        if fsync:
-            os.fsync(fh.fileno())
-    os.replace(temp, path)
-    if fsync:
-        fsync_path(os.path.dirname(path))
 
 
 def list_pulls(directory: str) -> list[Pull]:
@@ -143,14 +131,14 @@ class Spool:
             return {}
 
     def save_seen(self) -> None:
-        _atomic_write(os.path.join(self.directory, "seen.json"), self.seen.to_bytes(),
-                      self.fsync)
+        write_atomically(os.path.join(self.directory, "seen.json"), self.seen.to_bytes(),
+                         fsync=self.fsync)
 
     def save_committed(self, committed: int) -> None:
         if committed > self.committed:
             self.committed = committed
-            _atomic_write(os.path.join(self.directory, "state.json"),
-                          json.dumps({"committed": committed}).encode(), self.fsync)
+            write_atomically(os.path.join(self.directory, "state.json"),
+                             json.dumps({"committed": committed}).encode(), fsync=self.fsync)
 
     # -- pulls ------------------------------------------------------------------------------
     def pulls(self) -> list[Pull]:

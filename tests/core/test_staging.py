@@ -76,3 +76,14 @@ def test_the_default_directory_comes_from_the_environment(monkeypatch: Any) -> N
     assert default_dir("SPARKEOS_X_DIR", "x") == "/tmp/x-staging"
     monkeypatch.delenv("SPARKEOS_X_DIR")
     assert default_dir("SPARKEOS_X_DIR", "x").endswith("/.sparkeos/x")
+
+
+def test_write_atomically_replaces_whole_and_leaves_no_temporary(tmp_path: Any) -> None:
+    from sparkeos.core.fsutil import write_atomically
+
+    path = str(tmp_path / "state.json")
+    write_atomically(path, b"one")
+    write_atomically(path, b"two", fsync=False)
+    with open(path, "rb") as fh:
+        assert fh.read() == b"two"
+    assert os.listdir(tmp_path) == ["state.json"]
