@@ -80,7 +80,8 @@ class ForeachBatchAdapter:
         with self._lock:
             coordinator = self._coordinator_for(df)
             self._renew_lease(coordinator)
-            metrics = coordinator.run_batch(int(batch_id), SparkBatchRunner(df))
+            metrics = coordinator.run_batch(
+                int(batch_id), SparkBatchRunner(df, coordinator.sink.cluster_by()))
         self.metrics.append(metrics)
         if self.on_batch is not None:
             self.on_batch(metrics)

@@ -40,6 +40,7 @@ from .errors import (
     SchemaMismatchError,
     SparkEOSError,
     TransactionAbortedError,
+    cause_fix,
     describe_cause,
 )
 from .faults import FaultPlan
@@ -84,6 +85,11 @@ class BatchRunner(Protocol):
 
     def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """Run ``fn`` over ``items``, one item per task."""
+        ...
+
+    def run_without_output(self) -> None:
+        """Compute the batch and drop the rows (a replayed batch that was committed
+        before: a stateful query's state stores commit only when the whole plan ran)."""
         ...
 
 
@@ -247,7 +253,7 @@ class Coordinator:
                 "exactly-once needs a commit log", sink=config.name,
                 fix="give the query a checkpointLocation",
             )
-        self.sink = sink
+        self.sink = sink.for_guarantee(config.guarantee)
         self.config = config
         self.log = log
         self.pool = TransactionPool(query_key, config.name)
@@ -327,6 +333,7 @@ class Coordinator:
             # recover() above, so a re-run writes nothing new.
             m.outcome = "replayed"
             log_event("batch.replay_skipped", **self._fields(batch_id))
+            runner.run_without_output()
             return
 
         schema = runner.arrow_schema()
@@ -366,12 +373,13 @@ class Coordinator:
             config_error = _task_configuration_error(exc, self.name, batch_id)
             if config_error is not None:
                 raise config_error from exc
+            advice = cause_fix(exc)
             raise TransactionAbortedError(
-                f"phase 1 (prepare) failed: {describe_cause(exc)}; every transaction of "
-                "the batch was rolled back",
+                f"phase 1 (prepare) failed: {describe_cause(exc, 1000)}; every transaction "
+                "of the batch was rolled back",
                 sink=self.name, batch_id=batch_id,
-                fix="fix the cause above and restart the query; Spark re-runs this batch "
-                "and nothing is lost or duplicated",
+                fix=(advice or "fix the cause above and restart the query") + "; Spark "
+                "re-runs this batch and nothing is lost or duplicated",
             ) from exc
         m.prepare_ms = _ms(t0)
         m.rows = sum(int(r["rows"]) for r in results)

@@ -115,6 +115,15 @@ class TransactionIdCollisionError(CommitLogError):
     """Two queries or sinks would use the same transaction IDs."""
 
 
+class DataRejectedError(SparkEOSError):
+    """The destination (or the sink's own rule) refused rows of the batch: a constraint
+    violation, a bad value, a key repeated where one row per key is written.
+
+    Raised in phase 1: the coordinator rolls back every transaction of the batch, so
+    nothing of it is committed; restarting without fixing the cause fails again.
+    """
+
+
 class DataLossError(SparkEOSError):
     """A transaction recorded as decided can no longer be committed."""
 
@@ -129,6 +138,18 @@ def describe_cause(exc: BaseException, limit: int = 400) -> str:
             return line[:limit]
     summary = lines[0] if lines else ""
     return f"{type(exc).__name__}: {summary}"[:limit]
+
+
+def cause_fix(exc: BaseException) -> str | None:
+    """The advice a sparkeos error raised in a task carries, also when it reaches the
+    driver as the text of Spark's own exception."""
+    if isinstance(exc, SparkEOSError):
+        return exc.fix
+    marker = "What to do: "
+    for line in str(exc).splitlines():
+        if marker in line:
+            return line.split(marker, 1)[1].strip() or None
+    return None
 
 
 class BadMessageError(SparkEOSError):

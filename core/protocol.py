@@ -114,6 +114,22 @@ class TransactionalSink(ABC, Generic[H]):
     secret_fields: ClassVar[frozenset[str]] = frozenset()
     """Config fields never written to the commit log or printed."""
 
+    # -- driver, once -------------------------------------------------------------------
+    def for_guarantee(self, guarantee: Guarantee) -> TransactionalSink[H]:
+        """The sink the coordinator runs under ``guarantee`` (one it offers). Default:
+        ``self``. Override when a weaker guarantee has a cheaper path, e.g. a plain
+        commit in the task instead of a prepared transaction; return a copy, never
+        mutate ``self``."""
+        return self
+
+    def cluster_by(self) -> tuple[str, ...]:
+        """DataFrame columns whose equal values must reach one participant, e.g. an
+        upsert key: two prepared transactions of one batch holding the same row would
+        wait on each other until the lock timeout. The batch is hash-partitioned by
+        these columns (into as many partitions as it has) before phase 1. Default:
+        none, the batch keeps its partitioning."""
+        return ()
+
     # -- driver, before each batch ---------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
         """Check that the batch schema fits and the destination is usable.

@@ -63,7 +63,14 @@ class SparkBatchRunner:
     close to the speed of Spark's own writers.
     """
 
-    def __init__(self, df: Any) -> None:
+    def __init__(self, df: Any, cluster_by: Sequence[str] = ()) -> None:
+        if cluster_by and set(cluster_by) <= set(df.columns):  # else the sink refuses
+            # Same partition count, rows with equal keys in one partition: hash
+            # partitioning is a function of the key, so every task attempt of a
+            # partition sees the same rows.
+            partitions = int(df.rdd.getNumPartitions())
+            if partitions:
+                df = df.repartition(partitions, *cluster_by)
         self._df = df
 
     def partitions(self) -> int:
@@ -102,6 +109,11 @@ class SparkBatchRunner:
     def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         sc = self._df.sparkSession.sparkContext
         return list(sc.parallelize(list(items), len(items)).map(fn).collect())
+
+    def run_without_output(self) -> None:
+        # Spark checks that every state store of a stateful query committed for each
+        # batch (STATE_STORE_COMMIT_VALIDATION_FAILED otherwise): run the whole plan.
+        self._df.write.format("noop").mode("overwrite").save()
 
 
 def running_query(df: Any) -> tuple[str | None, str | None, str | None]:

@@ -1,4 +1,4 @@
-"""Exactly-once PostgreSQL sink (two-phase commit) with an idempotent upsert mode.
+"""Exactly-once PostgreSQL sink: appends by two-phase commit, upserts by key.
 
     from sparkeos import exactly_once
     from sparkeos.connectors.jdbc import PostgresSink
@@ -9,7 +9,9 @@
 psycopg2 is imported only when the sink talks to the database (extra ``sparkeos[jdbc]``).
 """
 
-from .errors import DataRejectedError, translate_error
+from sparkeos.core.errors import DataRejectedError
+
+from .errors import translate_error
 from .sink import PgTransaction, PostgresSink
 
 __all__ = ["DataRejectedError", "PgTransaction", "PostgresSink", "translate_error"]

@@ -13,6 +13,7 @@ from typing import Any
 from sparkeos.core.errors import (
     AttemptFencedError,
     ConfigurationError,
+    DataRejectedError,
     RetriableError,
     SchemaMismatchError,
     SparkEOSError,
@@ -23,16 +24,10 @@ PREPARED_LIMIT_FIX = (
     "writing to this server. As a superuser run "
     "`ALTER SYSTEM SET max_prepared_transactions = 64;` (or set it in postgresql.conf) "
     "and restart PostgreSQL (the setting only changes at a restart); or use "
-    "mode='upsert' (at-least-once, idempotent by key), which prepares nothing"
+    "at_least_once(PostgresSink(mode='upsert', key=[...])) (idempotent by key), which "
+    "prepares nothing"
 )
 
-
-class DataRejectedError(SparkEOSError):
-    """PostgreSQL refused rows of the batch (constraint violation, bad value).
-
-    Raised in phase 1: the coordinator rolls back every transaction of the batch, so
-    nothing of it is committed; restarting without fixing the cause fails again.
-    """
 
 
 # SQLSTATE codes (https://www.postgresql.org/docs/current/errcodes-appendix.html).
@@ -41,6 +36,7 @@ LOCK_NOT_AVAILABLE = "55P03"
 OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
 OUT_OF_MEMORY = "53200"
 DUPLICATE_OBJECT = "42710"
+DUPLICATE_TABLE = "42P07"
 UNIQUE_VIOLATION = "23505"
 MARKER_KEY_SUFFIX = "_sparkeos_marker_key"
 """The marker table's primary key constraint is named ``<table>_sparkeos_marker_key``."""

@@ -44,16 +44,21 @@ def ensure_table(cur: Any, marker: Any) -> None:
 def claim(cur: Any, marker: Any, txn: Transaction) -> bool:
     """Insert ``txn``'s marker in its open transaction, unless another attempt already
     committed this (batch, partition): then False, and the attempt writes nothing."""
-    from psycopg2 import sql
-
     if partition_committed_by(cur, marker, txn) is not None:
         return False
+    insert(cur, marker, txn)
+    return True
+
+
+def insert(cur: Any, marker: Any, txn: Transaction) -> None:
+    """Insert ``txn``'s marker row in the open transaction."""
+    from psycopg2 import sql
+
     cur.execute(sql.SQL(
         "INSERT INTO {m} (query_key, sink, batch_id, \"partition\", txn_id, attempt,"
         " committed_at) VALUES (%s, %s, %s, %s, %s, %s, now())"
     ).format(m=marker), (txn.query_key, txn.sink, txn.batch_id, txn.partition, txn.txn_id,
                          txn.attempt))
-    return True
 
 
 def partition_committed_by(cur: Any, marker: Any, txn: Transaction) -> str | None:

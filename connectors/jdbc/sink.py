@@ -25,10 +25,16 @@ prepare and the commit of a batch), sessions named ``seos-<query key>-<sink hash
 resolved by restarting the query or by ``sparkeos recover <checkpointLocation>``;
 never commit one by hand unless the commit log says its batch was decided.
 
-``mode="upsert"`` is at-least-once and idempotent instead: each task COPYs into a
-temporary table and runs ``INSERT ... SELECT ... ON CONFLICT (key) DO UPDATE`` in one
-ordinary transaction; a replayed batch overwrites the same rows. No prepared
-transactions, no marker rows.
+``mode="upsert"`` (``key`` required) writes by key: ``INSERT ... SELECT ... ON CONFLICT
+(key) DO UPDATE``. Under ``exactly_once`` each task attempt COPYs into a stage table of
+its own and commits it (phase 1); the driver applies the decided stages, each in one
+local transaction with the marker row, and drops them (phase 2; see ``upsert.py`` for
+why not inside a prepared transaction). The batch is hash-partitioned by the key first
+(``cluster_by``), so the partitions of a batch never write the same row. A key repeated
+within a batch keeps the row with the greatest ``order_by`` value, and is refused
+without ``order_by``. Under ``at_least_once`` each task upserts from a temporary table
+and commits at once (no marker row; a replayed batch overwrites the same rows). Neither
+prepares a transaction, so upserts work where ``max_prepared_transactions`` is 0.
 
 Other databases: ``dsn`` also takes an SQLAlchemy URL or engine for PostgreSQL. A sink
 for another database with two-phase commit follows this file with SQLAlchemy's API in
@@ -41,6 +47,7 @@ in ``prepare``, ``conn.commit_prepared(gid, recover=True)`` in ``commit``,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -52,8 +59,10 @@ import pyarrow as pa
 
 from sparkeos.core.config import Guarantee
 from sparkeos.core.errors import (
+    AttemptFencedError,
     ConfigurationError,
     DataLossError,
+    DataRejectedError,
     SchemaMismatchError,
     TransactionIdCollisionError,
 )
@@ -61,10 +70,11 @@ from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
-from . import arrowpg, markers, prepared
+from . import arrowpg, markers, prepared, upsert
 from . import dsn as dsn_mod
 from .connections import POOL, discard
 from .errors import (
+    DUPLICATE_TABLE,
     OUT_OF_MEMORY,
     UNDEFINED_OBJECT,
     pg_code,
@@ -76,7 +86,6 @@ MODES = ("transactional", "upsert")
 MAX_GID_LENGTH = 199
 """PostgreSQL's GIDSIZE is 200 bytes including the terminating NUL."""
 STAGE_TABLE = "sparkeos_stage"
-STAGE_SEQ = "__sparkeos_seq"
 DSN_ENV = "SPARKEOS_POSTGRES_DSN"
 
 # (dsn, table, ..., schema) -> when the check expires; validate runs before every batch on
@@ -109,8 +118,15 @@ class PostgresSink(TransactionalSink[PgTransaction]):
     ``table``: ``"name"`` or ``"schema.name"``, taken literally (case-sensitive).
     ``key``: key columns of the table; required for ``mode="upsert"``; with
     ``create_table`` it becomes the primary key.
-    ``mode``: ``"transactional"`` (two-phase commit, exactly-once) or ``"upsert"``
-    (at-least-once, idempotent ``INSERT ... ON CONFLICT (key) DO UPDATE``).
+    ``mode``: ``"transactional"`` (two-phase commit of appended rows) or ``"upsert"``
+    (``INSERT ... ON CONFLICT (key) DO UPDATE``: exactly-once under ``exactly_once``,
+    idempotent under ``at_least_once``); both give every guarantee.
+    ``order_by``: for ``mode="upsert"``, the column(s) deciding which row of a key
+    repeated within one batch is written (the greatest wins; equal values: any one of
+    them). Without it a repeated key refuses the batch (``DataRejectedError``).
+    ``commit_in_task``: for ``mode="upsert"``: None (default) chooses by the guarantee
+    (exactly-once: stage, then apply on the driver; otherwise each task commits its
+    upsert at once); True always commits in the task (at-least-once only).
     ``create_table``: create the table from the DataFrame's schema when it is missing.
     ``columns``: DataFrame column -> table column, for names that differ.
     ``marker_table``: bookkeeping table of committed (query, sink, batch, partition).
@@ -130,6 +146,8 @@ class PostgresSink(TransactionalSink[PgTransaction]):
     lock_timeout_s: float = 30.0
     marker_retention: int = 1000
     connect_timeout_s: int = 10
+    order_by: Sequence[str] | None = None
+    commit_in_task: bool | None = None
 
     secret_fields = frozenset({"dsn"})
 
@@ -151,6 +169,24 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                 raise ConfigurationError(f"key={list(key)!r}: give distinct column names",
                                          fix="key=['order_id']")
         object.__setattr__(self, "key", key)
+        order_by = self.order_by
+        if isinstance(order_by, str):
+            order_by = (order_by,)
+        if order_by is not None:
+            order_by = tuple(order_by)
+            if (self.mode != "upsert" or not order_by
+                    or not all(isinstance(c, str) and c for c in order_by)):
+                raise ConfigurationError(
+                    f"order_by={list(order_by)!r} needs mode='upsert' and column names",
+                    fix="PostgresSink(..., mode='upsert', key=['id'], order_by=['updated_at'])")
+            if set(order_by) & set(key or ()):
+                raise ConfigurationError(f"order_by={list(order_by)!r} repeats a key column",
+                                         fix="order by a column that is not part of the key")
+        object.__setattr__(self, "order_by", order_by)
+        if self.commit_in_task not in (None, True, False) or (
+                self.commit_in_task is not None and self.mode != "upsert"):
+            raise ConfigurationError(f"commit_in_task={self.commit_in_task!r} needs "
+                                     "mode='upsert' and None, True or False")
         if self.mode == "upsert" and not key:
             raise ConfigurationError(
                 "mode='upsert' needs key columns (the ON CONFLICT target)",
@@ -175,17 +211,45 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             raise ConfigurationError(f"connect_timeout_s={self.connect_timeout_s} must be >= 1")
 
     def __hash__(self) -> int:
-        return hash((self.dsn, self.table, self.mode, self.marker_table))
+        return hash((self.dsn, self.table, self.mode, self.marker_table, self.commit_in_task))
 
     # -- what the coordinator reads -------------------------------------------------------
     @property  # a property: the guarantee depends on the mode
     def guarantees(self) -> frozenset[Guarantee]:  # type: ignore[override]
-        if self.mode == "upsert":
+        if self._plain:
             return frozenset({Guarantee.AT_LEAST_ONCE, Guarantee.NONE})
         return frozenset(Guarantee)
 
+    def for_guarantee(self, guarantee: Guarantee) -> PostgresSink:
+        if self.mode == "upsert" and self.commit_in_task is None:
+            return dataclasses.replace(
+                self, commit_in_task=guarantee is not Guarantee.EXACTLY_ONCE)
+        return self
+
+    def cluster_by(self) -> tuple[str, ...]:
+        if self.mode != "upsert" or not self.key:
+            return ()
+        to_frame = {table: frame for frame, table in (self.columns or {}).items()}
+        return tuple(to_frame.get(k, k) for k in self.key)
+
+    @property
+    def _prepared(self) -> bool:
+        """Append in prepared transactions, committed by gid on the driver."""
+        return self.mode == "transactional"
+
+    @property
+    def _staged(self) -> bool:
+        """Exactly-once upsert: stage in the task, apply on the driver."""
+        return self.mode == "upsert" and self.commit_in_task is not True
+
+    @property
+    def _plain(self) -> bool:
+        """At-least-once upsert: each task commits its own transaction."""
+        return self.mode == "upsert" and self.commit_in_task is True
+
     def identity(self) -> dict[str, Any]:
         return {"target": dsn_mod.target(self.dsn), "table": self.table, "mode": self.mode}
+
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
@@ -206,7 +270,8 @@ class PostgresSink(TransactionalSink[PgTransaction]):
     # -- driver, before each batch -------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
         names = self._target_names(schema)
-        cache_key = (self.dsn, self.table, self.mode, self.key, self.marker_table,
+        cache_key = (self.dsn, self.table, self.mode, self.commit_in_task, self.key,
+                     self.order_by, self.marker_table,
                      self.create_table, names,
                      tuple((f.name, str(f.type), f.nullable) for f in schema))
         if _VALIDATED.get(cache_key, 0.0) > time.monotonic():
@@ -219,7 +284,7 @@ class PostgresSink(TransactionalSink[PgTransaction]):
     def _validate_on(self, conn: Any, schema: pa.Schema, names: tuple[str, ...]) -> None:
 
         with conn.cursor() as cur:
-            if self.mode == "transactional":
+            if self._prepared:
                 cur.execute("SHOW max_prepared_transactions")
                 limit = int(cur.fetchone()[0])
                 if limit == 0:
@@ -239,7 +304,7 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             self._check_fit(schema, names, columns)
             if self.mode == "upsert":
                 self._check_unique_key(cur)
-            else:
+            if not self._plain:
                 markers.ensure_table(cur, self._ident(self.marker_table))
 
     def _table_columns(self, conn: Any, cur: Any) -> dict[str, tuple[str, str, str, bool, bool,
@@ -284,6 +349,9 @@ class PostgresSink(TransactionalSink[PgTransaction]):
         for k in self.key or ():
             if k not in names:
                 problems.append(f"key column {k} is not written by the DataFrame")
+        for c in self.order_by or ():
+            if c not in names:
+                problems.append(f"order_by column {c} is not written by the DataFrame")
         if problems:
             raise SchemaMismatchError(
                 f"the DataFrame does not fit table {self.table} on {self._target}: "
@@ -335,7 +403,7 @@ class PostgresSink(TransactionalSink[PgTransaction]):
         handle = PgTransaction(txn, None, gid)
         doing = f"opening transaction {gid}"
         with self._db(doing, txn):
-            if self.mode == "upsert":
+            if self._plain:
                 lock_timeout = self._lock_timeout_sql
                 handle.conn = POOL.checkout(
                     self.dsn, self.connect_timeout_s,
@@ -359,7 +427,9 @@ class PostgresSink(TransactionalSink[PgTransaction]):
         with handle.conn.cursor() as cur:
             cur.execute("BEGIN")
             cur.execute(self._lock_timeout_sql)
-            if not markers.claim(cur, self._ident(self.marker_table), txn):
+            marker = self._ident(self.marker_table)
+            if not (markers.claim(cur, marker, txn) if self._prepared
+                    else markers.partition_committed_by(cur, marker, txn) is None):
                 # Another attempt of this (batch, partition) committed: this one is a late
                 # zombie or a speculative copy that lost. Nothing to write.
                 handle.skipped = True
@@ -368,8 +438,9 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                           txn=txn.txn_id, detail="partition already committed by another "
                           "attempt")
                 return
-            cur.execute("SELECT txid_current() % 4294967296")
-            handle.xid = int(cur.fetchone()[0])
+            if self._prepared:
+                cur.execute("SELECT txid_current() % 4294967296")
+                handle.xid = int(cur.fetchone()[0])
 
     def _end_session(self, handle: PgTransaction) -> None:
         """Hand an idle connection back to the pool under the neutral session name."""
@@ -395,15 +466,10 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             cols = sql.SQL(", ").join(sql.Identifier(c) for c in handle.columns)
             with handle.conn.cursor() as cur:
                 if self.mode == "upsert":
+                    target = self._stage_ident(handle)
                     if not handle.staged:
-                        cur.execute(sql.SQL(
-                            "CREATE TEMP TABLE {s} ON COMMIT DROP AS SELECT {c} FROM {t} "
-                            "WITH NO DATA").format(s=sql.Identifier(STAGE_TABLE), c=cols,
-                                                   t=self._ident(self.table)))
-                        cur.execute(sql.SQL("ALTER TABLE {s} ADD COLUMN {q} bigserial").format(
-                            s=sql.Identifier(STAGE_TABLE), q=sql.Identifier(STAGE_SEQ)))
+                        self._create_stage(cur, handle, target, cols)
                         handle.staged = True
-                    target = sql.Identifier(STAGE_TABLE)
                 else:
                     target = self._ident(self.table)
                 copy = sql.SQL("COPY {t} ({c}) FROM STDIN WITH (" + arrowpg.COPY_OPTIONS + ")"
@@ -413,49 +479,91 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             handle.rows += batch.num_rows
 
     def prepare(self, handle: PgTransaction) -> Receipt:
+        from psycopg2 import sql
+
         txn = handle.txn
         if handle.skipped:
             return {"gid": handle.gid, "rows": 0, "skipped": True}
         try:
             with self._db(f"preparing transaction {handle.gid}", txn), \
                     handle.conn.cursor() as cur:
-                if self.mode == "upsert":
-                    if handle.staged:
-                        cur.execute(self._upsert_sql(handle))
-                    cur.execute("COMMIT")
-                else:
+                if handle.staged:
+                    self._refuse_repeated_keys(cur, handle)
+                if self._plain and handle.staged:
+                    assert handle.columns is not None and self.key
+                    cur.execute(upsert.upsert_sql(
+                        self._ident(self.table), sql.Identifier(STAGE_TABLE), handle.columns,
+                        self.key, self.order_by or ()))
+                if self._prepared:
                     markers.purge(cur, self._ident(self.marker_table), txn,
                                   self.marker_retention)
                     cur.execute("PREPARE TRANSACTION %s", (handle.gid,))
+                else:
+                    cur.execute("COMMIT")
+                if not self._plain:
                     cur.execute("RESET application_name")
         except BaseException:
             discard(handle.conn)
             raise
         POOL.release(self.dsn, handle.conn)
         handle.conn = None
-        if self.mode == "upsert":
+        if self._plain:
             return {"mode": "upsert", "rows": handle.rows, "committed": True}
+        if self._staged:
+            return {"rows": handle.rows, "staged": handle.staged,
+                    "columns": list(handle.columns or ())}
         return {"gid": handle.gid, "rows": handle.rows, "xid": handle.xid}
 
-    def _upsert_sql(self, handle: PgTransaction) -> Any:
+    def _create_stage(self, cur: Any, handle: PgTransaction, stage: Any, cols: Any) -> None:
         from psycopg2 import sql
 
-        assert handle.columns is not None and self.key
-        cols = sql.SQL(", ").join(sql.Identifier(c) for c in handle.columns)
-        keys = sql.SQL(", ").join(sql.Identifier(k) for k in self.key)
-        others = [c for c in handle.columns if c not in self.key]
-        if others:
-            action = sql.SQL("DO UPDATE SET ") + sql.SQL(", ").join(
-                sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in others)
-        else:
-            action = sql.SQL("DO NOTHING")
-        # DISTINCT ON: the last row of a key within the batch wins (ON CONFLICT cannot
-        # touch a row twice in one statement).
-        return sql.SQL(
-            "INSERT INTO {t} ({c}) SELECT DISTINCT ON ({k}) {c} FROM {s}"
-            " ORDER BY {k}, {q} DESC ON CONFLICT ({k}) {a}"
-        ).format(t=self._ident(self.table), c=cols, k=keys, s=sql.Identifier(STAGE_TABLE),
-                 q=sql.Identifier(STAGE_SEQ), a=action)
+        assert handle.columns is not None
+        if self._plain:
+            cur.execute(sql.SQL("CREATE TEMP TABLE {s} ON COMMIT DROP AS SELECT {c} FROM {t}"
+                                " WITH NO DATA").format(s=stage, c=cols,
+                                                        t=self._ident(self.table)))
+            return
+        try:
+            upsert.create_stage(cur, stage, self._ident(self.table), handle.columns)
+        except Exception as exc:
+            if pg_code(exc) != DUPLICATE_TABLE:
+                raise
+            txn = handle.txn
+            raise AttemptFencedError(
+                f"the stage table of {txn.txn_id} exists already: another attempt with "
+                "the same ID (a zombie of a retried stage) holds it; this one writes "
+                "nothing", sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+                fix="none needed: Spark retries the task under the next attempt number",
+            ) from exc
+
+    def _refuse_repeated_keys(self, cur: Any, handle: PgTransaction) -> None:
+        """Without ``order_by`` nothing says which row of a repeated key is the latest
+        (arrival order is not stable across task attempts): refuse the batch."""
+        if self.order_by:
+            return
+        assert self.key
+        found = upsert.repeated_key(cur, self._stage_ident(handle), self.key)
+        if found is None:
+            return
+        values, times = found
+        txn = handle.txn
+        shown = ", ".join(f"{k}={v!r}" for k, v in zip(self.key, values, strict=True))
+        raise DataRejectedError(
+            f"key ({shown}) appears {times} times in batch {txn.batch_id}: mode='upsert' "
+            f"writes one row per key of {self.table}, and nothing says which of them is the "
+            "latest; every transaction of the batch is rolled back",
+            sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+            fix="pass order_by=['<column>'] (the row with the greatest value is written, "
+            "e.g. an event time or version), or deduplicate the batch by key before the "
+            "sink (e.g. an aggregation), then restart the query",
+        )
+
+    def _stage_ident(self, handle: PgTransaction) -> Any:
+        from psycopg2 import sql
+
+        if self._plain:
+            return sql.Identifier(STAGE_TABLE)
+        return upsert.stage_ident(self._ident(self.marker_table), handle.gid)
 
     def abort(self, handle: PgTransaction, txn: Transaction) -> None:
         """This attempt's own session only: an open transaction is rolled back; one this
@@ -467,17 +575,23 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             except Exception:
                 discard(conn)  # closing the session rolls the transaction back as well
             else:
-                if self.mode == "transactional":
+                if not self._plain:
                     with contextlib.suppress(Exception):
                         _execute(conn, "RESET application_name")
                 POOL.release(self.dsn, conn)
-        elif self.mode == "transactional" and not handle.skipped:
+        elif not self._plain and not handle.skipped:
             self.rollback(txn)
 
     # -- phase 2 and recovery -------------------------------------------------------------------
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
-        if self.mode == "upsert" or receipt.get("committed"):
+        if self._plain or receipt.get("committed"):
             return  # committed by the task itself
+        if self._staged:
+            if receipt.get("staged"):
+                with self._db(f"applying the upserts of {txn.txn_id}", txn, phase="commit"):
+                    POOL.run(self.dsn, self.connect_timeout_s,
+                             lambda conn: self._publish_on(conn, txn, receipt["columns"]))
+            return
         gid = txn.txn_id
         xid = receipt.get("xid")
         with self._db(f"committing prepared transaction {gid}", txn, phase="commit"):
@@ -507,14 +621,7 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             log_event("postgres.already_committed", sink=txn.sink, batch=txn.batch_id, txn=gid)
             return
         if committed is not None:
-            raise TransactionIdCollisionError(
-                f"batch {txn.batch_id} partition {txn.partition} was committed by "
-                f"{committed}, not by {gid}, the attempt the batch decided: two writers "
-                f"share this sink's query key and name in {self.marker_table}",
-                sink=txn.sink, batch_id=txn.batch_id, txn_id=gid,
-                fix="give each query its own checkpointLocation and each sink of a query "
-                "its own name; check the table for rows this batch wrote twice",
-            )
+            raise self._collision(txn, committed)
         raise DataLossError(
             f"prepared transaction {gid} of decided batch {txn.batch_id} (partition "
             f"{txn.partition}) no longer exists on {self._target}, and its marker row is not "
@@ -527,24 +634,70 @@ class PostgresSink(TransactionalSink[PgTransaction]):
             "this sink's commit log aside. The query refuses to continue until then",
         )
 
+    def _publish_on(self, conn: Any, txn: Transaction, columns: Sequence[str]) -> None:
+        assert self.key
+        marker = self._ident(self.marker_table)
+        outcome = upsert.publish(conn, txn, marker, self._ident(self.table), columns,
+                                 self.key, self.order_by or (), self._lock_timeout_sql,
+                                 self.marker_retention)
+        if outcome == "already":
+            log_event("postgres.already_committed", sink=txn.sink, batch=txn.batch_id,
+                      txn=txn.txn_id)
+        elif outcome.startswith("other:"):
+            raise self._collision(txn, outcome.split(":", 1)[1])
+        elif outcome == "missing":
+            raise DataLossError(
+                f"the stage table of {txn.txn_id} (decided batch {txn.batch_id}, partition "
+                f"{txn.partition}) no longer exists on {self._target}, and its marker row is "
+                f"not in {self.marker_table}: its upserts were never applied. Someone "
+                f"dropped {upsert.stage_name(txn.txn_id)}, or the database was restored",
+                sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+                fix=f"the upserts of batch {txn.batch_id} partition {txn.partition} are "
+                f"missing from {self.table}; re-process that batch from the source, then "
+                "move this sink's commit log aside. The query refuses to continue until then",
+            )
+
+    def _collision(self, txn: Transaction, committed: str) -> TransactionIdCollisionError:
+        return TransactionIdCollisionError(
+            f"batch {txn.batch_id} partition {txn.partition} was committed by "
+            f"{committed}, not by {txn.txn_id}, the attempt the batch decided: two writers "
+            f"share this sink's query key and name in {self.marker_table}",
+            sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+            fix="give each query its own checkpointLocation and each sink of a query "
+            "its own name; check the table for rows this batch wrote twice",
+        )
+
     def rollback(self, txn: Transaction) -> None:
-        if self.mode == "upsert":
-            return  # tasks commit their own plain transactions; nothing is ever prepared
+        if self._plain:
+            return  # tasks commit their own plain transactions; nothing is ever staged
         with self._db(f"rolling back transaction {txn.txn_id}", txn, phase="rollback"):
             POOL.run(self.dsn, self.connect_timeout_s, lambda conn: self._rollback_on(conn, txn))
 
     def _rollback_on(self, conn: Any, txn: Transaction) -> None:
         prepared.terminate_sessions(conn, [prepared.session_name(txn)], txn)
-        prepared.rollback_prepared(conn, txn, txn.txn_id, reason="rollback")
+        if self._staged:
+            upsert.drop_stages(conn, self._ident(self.marker_table), [txn.txn_id])
+        else:
+            prepared.rollback_prepared(conn, txn, txn.txn_id, reason="rollback")
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
-        """One query for this sink's sessions, one for its prepared transactions."""
-        if self.mode == "upsert" or not ranges:
+        """One query for this sink's sessions, one for its prepared transactions (or
+        stage tables)."""
+        if self._plain or not ranges:
             return
         with self._db(f"rolling back attempts of batches "
                       f"{sorted({r.batch_id for r in ranges})}", phase="rollback"):
             POOL.run(self.dsn, self.connect_timeout_s,
-                     lambda conn: prepared.sweep(conn, ranges, keep))
+                     lambda conn: self._sweep_on(conn, ranges, keep))
+
+    def _sweep_on(self, conn: Any, ranges: Sequence[AttemptRange],
+                  keep: frozenset[str]) -> None:
+        prepared.sweep(conn, ranges, keep)  # sessions first: no stage appears afterwards
+        if self._staged:
+            marker = self._ident(self.marker_table)
+            doomed = [t.txn_id for r in ranges for t in r.transactions()
+                      if t.txn_id not in keep]
+            upsert.drop_stages(conn, marker, upsert.existing_stages(conn, marker, doomed))
 
     def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
         if self.mode == "upsert":
@@ -556,14 +709,17 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                                                                table))
 
     def probe(self, txn: Transaction) -> TxnState:
-        if self.mode == "upsert":
+        if self._plain:
             return TxnState.UNKNOWN
         with self._db(f"probing transaction {txn.txn_id}", txn, phase="probe"):
             return POOL.run(self.dsn, self.connect_timeout_s,
                             lambda conn: self._probe_on(conn, txn))
 
     def _probe_on(self, conn: Any, txn: Transaction) -> TxnState:
-        if prepared.prepared_xid(conn, txn, txn.txn_id, self._target) is not None:
+        if self._staged:
+            if upsert.existing_stages(conn, self._ident(self.marker_table), [txn.txn_id]):
+                return TxnState.PREPARED
+        elif prepared.prepared_xid(conn, txn, txn.txn_id, self._target) is not None:
             return TxnState.PREPARED
         if markers.committed_txn(conn, self._ident(self.marker_table), txn) == txn.txn_id:
             return TxnState.COMMITTED

@@ -6,6 +6,11 @@ invisible); the commit moves them into ``table`` in one local transaction, toget
 with the attempt's row in ``<table>__sparkeos_txn``, which claims the ID (``begin``),
 marks it committed (idempotent commit) and tells a lost transaction from a committed
 one. Any SQLAlchemy URL works; ``validate`` creates the two bookkeeping tables.
+
+With ``key``, the commit replaces by key (an exactly-once upsert for update-mode
+aggregations, in any dialect): it deletes the target rows whose key is staged, then
+inserts the staged rows, in the same local transaction. The batch is hash-partitioned
+by the key (``cluster_by``); a key repeated within a batch is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +21,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core import AttemptFencedError, DataLossError, Transaction, TransactionalSink
+from sparkeos.core import (
+    AttemptFencedError,
+    ConfigurationError,
+    DataLossError,
+    DataRejectedError,
+    SchemaMismatchError,
+    Transaction,
+    TransactionalSink,
+)
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from .tables import Tables, engine_for
@@ -26,24 +39,43 @@ from .tables import Tables, engine_for
 class Staging:
     txn: Transaction
     columns: list[str] = field(default_factory=list)
+    keys: set[tuple[Any, ...]] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
 class SqlTableSink(TransactionalSink[Staging]):
     """``url``: an SQLAlchemy URL (a secret: never printed); ``table``: the target, which
-    must exist unless ``create_table`` (then created from the first batch's schema)."""
+    must exist unless ``create_table`` (then created from the first batch's schema);
+    ``key``: columns to replace rows by (an upsert), instead of appending."""
 
     url: str = field(repr=False)
     table: str
     create_table: bool = False
+    key: Sequence[str] | None = None
 
     secret_fields = frozenset({"url"})
+
+    def __post_init__(self) -> None:
+        key = (self.key,) if isinstance(self.key, str) else self.key
+        if key is not None:
+            key = tuple(key)
+            if not key or not all(isinstance(k, str) and k for k in key):
+                raise ConfigurationError(f"key={list(key)!r}: give column names",
+                                         fix="key=['word']")
+        object.__setattr__(self, "key", key)
+
+    def cluster_by(self) -> tuple[str, ...]:
+        return tuple(self.key or ())
 
     @property
     def _tables(self) -> Tables:
         return Tables(engine_for(self.url), self.table)
 
     def validate(self, schema: pa.Schema) -> None:
+        missing = [k for k in self.key or () if k not in schema.names]
+        if missing:
+            raise SchemaMismatchError(f"key columns {missing} are not in the DataFrame",
+                                      fix="select them, or change key=; nothing was written")
         self._tables.ensure(schema, self.create_table)
 
     def begin(self, txn: Transaction) -> Staging:
@@ -54,13 +86,31 @@ class SqlTableSink(TransactionalSink[Staging]):
 
     def write(self, handle: Staging, batch: pa.RecordBatch) -> None:
         handle.columns = batch.schema.names
-        self._tables.stage(handle.txn, batch.to_pylist())
+        rows = batch.to_pylist()
+        if self.key:
+            self._refuse_repeated_keys(handle, rows)
+        self._tables.stage(handle.txn, rows)
+
+    def _refuse_repeated_keys(self, handle: Staging, rows: list[dict[str, Any]]) -> None:
+        assert self.key
+        for row in rows:
+            value = tuple(row[k] for k in self.key)
+            if value in handle.keys:
+                txn = handle.txn
+                raise DataRejectedError(
+                    f"key {dict(zip(self.key, value, strict=True))} appears more than once "
+                    f"in batch {txn.batch_id}: with key= one row per key is written, and "
+                    "nothing says which is the latest; the batch is rolled back",
+                    sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+                    fix="deduplicate the batch by key before the sink (e.g. an "
+                    "aggregation), then restart the query")
+            handle.keys.add(value)
 
     def prepare(self, handle: Staging) -> dict[str, Any]:
         return {"columns": handle.columns}  # the staged rows are durable already
 
     def commit(self, txn: Transaction, receipt: dict[str, Any]) -> None:
-        if self._tables.publish(txn, receipt["columns"]) is None:
+        if self._tables.publish(txn, receipt["columns"], self.key or ()) is None:
             raise DataLossError(
                 f"transaction {txn.txn_id} of a decided batch is no longer staged in "
                 f"{self.table}__sparkeos_stage", sink=txn.sink, batch_id=txn.batch_id,

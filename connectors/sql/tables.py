@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -146,8 +146,10 @@ class Tables:
             conn.execute(stage.insert(), [{TXN_COLUMN: txn.txn_id, **r} for r in rows])
 
     @translated("committing into")
-    def publish(self, txn: Transaction, columns: list[str]) -> int | None:
-        """Move ``txn``'s rows into the target, atomically; None if it is not staged."""
+    def publish(self, txn: Transaction, columns: list[str],
+                key: Sequence[str] = ()) -> int | None:
+        """Move ``txn``'s rows into the target, atomically (replacing the target's rows
+        with the same ``key``, if given); None if it is not staged."""
         sa = self.sa
         target = self._target()
         stage = self._stage(target)
@@ -157,8 +159,16 @@ class Tables:
             if held is None or held.committed:
                 return None if held is None else 0
             mine = stage.c[TXN_COLUMN] == txn.txn_id
-            moved = conn.execute(target.insert().from_select(
-                columns, sa.select(*[stage.c[c] for c in columns]).where(mine))).rowcount
+            moved = 0
+            if not columns:  # an empty partition staged nothing
+                key = ()
+            if key:
+                same_key = sa.and_(mine, *[stage.c[k] == target.c[k] for k in key])
+                conn.execute(target.delete().where(
+                    sa.exists(sa.select(stage.c[TXN_COLUMN]).where(same_key))))
+            if columns:
+                moved = conn.execute(target.insert().from_select(
+                    columns, sa.select(*[stage.c[c] for c in columns]).where(mine))).rowcount
             conn.execute(stage.delete().where(mine))
             conn.execute(self.txns.update().where(self.txns.c.txn_id == txn.txn_id)
                          .values(committed=True))

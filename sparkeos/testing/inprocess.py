@@ -53,6 +53,7 @@ class ArrowRunner:
         self.before_attempt = before_attempt
         self.after_attempt = after_attempt
         self.first_attempt = dict(first_attempt or {})
+        self.ran_without_output = False
 
     def partitions(self) -> int:
         return len(self.data)
@@ -82,6 +83,9 @@ class ArrowRunner:
 
     def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return [fn(item) for item in items]
+
+    def run_without_output(self) -> None:
+        self.ran_without_output = True
 
 
 class ListRunner(ArrowRunner):

@@ -84,9 +84,12 @@ def test_decided_batch_is_committed_on_restart_not_rewritten():
         run_query(system, log, FaultPlan("after_decided", 0, simulate=True), [])
     assert system.visible == []
     coord = coordinator(system, log)
-    metrics = coord.run_batch(0, ListRunner([[100], [200]]))  # different data: must be ignored
+    replay = ListRunner([[100], [200]])  # different data: must be ignored
+    metrics = coord.run_batch(0, replay)
     assert metrics.outcome == "replayed"
     assert sorted(system.visible) == [1, 2, 3]
+    # ... but the batch's plan still runs (a stateful query's state stores must commit).
+    assert replay.ran_without_output
     assert metrics.recovered == [{"batch_id": 0, "action": "committed"}]
 
 

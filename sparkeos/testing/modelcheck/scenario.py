@@ -165,6 +165,9 @@ class ModelRunner:
     def run_in_tasks(self, fn: Callable[[Any], Any], items: Any) -> list[Any]:
         return [fn(item) for item in items]
 
+    def run_without_output(self) -> None:
+        pass
+
 
 class World:
     """Everything one schedule shares: the scheduler, the log, the destinations."""

@@ -1,0 +1,39 @@
+"""A running word count in update mode, upserted into PostgreSQL exactly once.
+
+    python -m integration.connectors.jdbc.wordcount_job spec.json
+
+The spec names the input directory (JSON lines ``{"word": ...}``, one file per batch),
+the checkpoint, the DSN, the table and the marker table. Faults come from
+``SPARKEOS_FAULT``, as in ``sparkeos.testing.job``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as fh:
+        spec = json.load(fh)
+    from sparkeos import exactly_once
+    from sparkeos.connectors.jdbc import PostgresSink
+    from sparkeos.core.spark import local_session
+
+    spark = local_session("sparkeos-wordcount", conf={"spark.sql.shuffle.partitions": "3"})
+    words = (spark.readStream.schema("word string").option("maxFilesPerTrigger", 1)
+             .json(spec["input"]))
+    counts = words.groupBy("word").count()
+    sink = PostgresSink(dsn=spec["dsn"], table=spec["table"], key=["word"], mode="upsert",
+                        create_table=True, marker_table=spec["marker"])
+    query = (counts.writeStream.outputMode("update")
+             .foreachBatch(exactly_once(sink, name="wordcount"))
+             .option("checkpointLocation", spec["checkpoint"])
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
