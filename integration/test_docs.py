@@ -1,5 +1,6 @@
 """Every Python code block of the README and docs/ runs (each in its own process,
-against the real services, placeholders pointed at this test's own)."""
+against the real services, placeholders pointed at this test's own); so does the
+code a ``diff`` block leaves after the change (its context and ``+`` lines)."""
 
 from __future__ import annotations
 
@@ -16,18 +17,29 @@ from sparkeos.testing.job import run_spec_process
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+DIFF = re.compile(r"```diff\n(.*?)```", re.S)
+
+
+def after_change(diff: str) -> str:
+    """The code a diff block shows after the change: context and ``+`` lines."""
+    return "".join(line[1:] for line in diff.splitlines(keepends=True)
+                   if not line.startswith("-"))
 
 
 def blocks() -> list[Any]:
     found = []
     for path in DOCS:
-        for index, code in enumerate(BLOCK.findall(path.read_text())):
+        text = path.read_text()
+        for index, code in enumerate(BLOCK.findall(text)):
             name = f"{path.relative_to(REPO)}#{index + 1}"
             found.append(pytest.param(path.relative_to(REPO), code, id=name))
+        for index, diff in enumerate(DIFF.findall(text)):
+            name = f"{path.relative_to(REPO)}#diff{index + 1}"
+            found.append(pytest.param(path.relative_to(REPO), after_change(diff), id=name))
     return found
 
 
-def test_every_doc_with_code_is_covered():
+def test_every_doc_with_code_is_covered() -> None:
     covered = {str(p.values[0]) for p in blocks()}
     assert {"README.md", "docs/writing-a-connector.md", "docs/helpers.md",
             "docs/connectors/postgres.md", "docs/connectors/kafka.md",
@@ -40,7 +52,8 @@ def test_doc_block_runs(source: Path, code: str, tmp_path: Any,
     tag = uuid.uuid4().hex[:8]
     replace = {"/data/": f"{tmp_path}/data/", "/checkpoints/": f"{tmp_path}/checkpoints/",
                "/shared/": f"{tmp_path}/shared/", '"orders"': f'"orders_{tag}"',
-               '"orders-enriched"': f'"orders_enriched_{tag}"'}
+               '"orders-enriched"': f'"orders_enriched_{tag}"',
+               '"wordcount"': f'"wordcount_{tag}"'}
     for directory in ("data", "checkpoints", "shared", "input"):
         (tmp_path / directory).mkdir()
     input_dir = tmp_path / "input"
@@ -63,9 +76,17 @@ def test_doc_block_runs(source: Path, code: str, tmp_path: Any,
         _create_orders_table(dsn, f"orders_{tag}")
     spec = {"code": code, "replace": replace, "source": str(source),
             "input": str(input_dir), "workdir": str(tmp_path)}
-    result = run_spec_process("integration.doc_block", spec, str(tmp_path / "block.json"),
-                              cwd=str(REPO), timeout=600)
-    assert result.returncode == 0 and "doc block ok" in result.stdout, result.tail(60)
+    try:
+        result = run_spec_process(
+            "integration.doc_block", spec, str(tmp_path / "block.json"), cwd=str(REPO),
+            timeout=600, env={"SPARKEOS_KAFKA_STAGING_DIR": str(tmp_path / "staging")})
+        assert result.returncode == 0 and "doc block ok" in result.stdout, result.tail(60)
+    finally:
+        if "broker:9092" in replace:
+            _delete_topics(replace["broker:9092"], [f"orders_{tag}", f"orders_enriched_{tag}"])
+        if "postgresql://app@db:5432/shop" in replace:
+            for table in (f"orders_{tag}", f"wordcount_{tag}"):
+                _drop_table(replace["postgresql://app@db:5432/shop"], table)
 
 
 def _produce_orders(bootstrap: str, topic: str) -> None:
@@ -78,6 +99,27 @@ def _produce_orders(bootstrap: str, topic: str) -> None:
     for i in range(5):
         producer.produce(topic, value=f"p{i}".encode(), key=str(i).encode())
     producer.flush(30)
+
+
+def _delete_topics(bootstrap: str, topics: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = set(admin.list_topics(timeout=30).topics)
+    doomed = [t for t in topics if t in existing]
+    for future in (admin.delete_topics(doomed, operation_timeout=30) if doomed else {}).values():
+        future.result()
+
+
+def _drop_table(dsn: str, table: str) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("SET lock_timeout = '20s'")
+        cur.execute(f'DROP TABLE IF EXISTS "{table}"')
+    conn.close()
 
 
 def _create_orders_table(dsn: str, table: str) -> None:

@@ -1,0 +1,411 @@
+"""The scripts of examples/, run as a user runs them, against the real services.
+
+Each chaos test feeds an example's input, runs the script in a child process
+(``--available-now``) with a kill planned through ``SPARKEOS_FAULT`` (or
+``SPARKEOS_SOURCE_FAULT``), checks the kill happened, restarts the script from its
+checkpoint until a condition on the output (and the input queue) holds, and then
+counts the output: every input id exactly once, or the exact count of every word. No
+check waits on time; every loop ends on a condition, with a bound on the number of
+runs. Each test removes what it created: topics, marker groups and progress records,
+tables and marker rows, prepared transactions, queues, directories.
+
+The fast test at the end checks that examples/README.md lists every script and that
+each one answers ``--help``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
+from sparkeos.core.faults import ENV_VAR, SOURCE_ENV
+from sparkeos.testing.conformance import assert_exactly_once
+from sparkeos.testing.job import JobResult
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+RUN_TIMEOUT_S = 600.0
+"""A bound on one run of a script (a normal run takes well under a minute)."""
+
+
+# -- running a script ------------------------------------------------------------------------
+@dataclass
+class Example:
+    """One script of examples/ with this test's environment and working directory."""
+
+    script: str
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run(self, *args: str, kill: str | None = None) -> JobResult:
+        """``python examples/<script> <args> --available-now`` in its own process group
+        (killed whole afterwards: a killed driver leaves its JVM and workers behind).
+        ``kill``: ``point@batch`` for ``SPARKEOS_FAULT``, ``source_*@n`` for
+        ``SPARKEOS_SOURCE_FAULT``."""
+        env = {**os.environ, **self.env}
+        env.pop(ENV_VAR, None)
+        env.pop(SOURCE_ENV, None)
+        if kill:
+            env[SOURCE_ENV if kill.startswith("source_") else ENV_VAR] = kill
+        # What a killed driver leaves behind (Spark's scratch space, its JVM's and
+        # Python's temporary files) stays in this test's directory.
+        for name, sub in (("SPARK_LOCAL_DIRS", "spark-local"), ("TMPDIR", "tmp")):
+            env[name] = str(self.workdir / sub)
+            os.makedirs(env[name], exist_ok=True)
+        env["SPARK_SUBMIT_OPTS"] = (env.get("SPARK_SUBMIT_OPTS", "")
+                                    + f" -Djava.io.tmpdir={env['TMPDIR']}").strip()
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        proc = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / self.script), *args, "--available-now"],
+            cwd=self.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            out, err = proc.communicate()
+            err += f"\n[test] {self.script} killed after {RUN_TIMEOUT_S:.0f} s"
+        finally:
+            _kill_group(proc.pid)
+        return JobResult(proc.returncode, out, err)
+
+    def run_until_killed(self, *args: str, kill: str, tries: int = 3) -> None:
+        """Run with ``kill`` planned until it happened. A STOMP run whose first pull
+        found nothing ends normally before the point; it is run again."""
+        for _ in range(tries):
+            result = self.run(*args, kill=kill)
+            if result.crashed:
+                return
+            assert result.returncode == 0, f"{self.script} failed:\n{result.tail()}"
+        raise AssertionError(f"{kill} never killed {self.script}:\n{result.tail()}")
+
+    def run_until(self, *args: str, done: Callable[[], bool], runs: int = 8) -> None:
+        """Restart from the checkpoint until ``done()`` (each run must succeed)."""
+        for _ in range(runs):
+            result = self.run(*args)
+            assert result.returncode == 0, f"{self.script} failed:\n{result.tail()}"
+            if done():
+                return
+        raise AssertionError(f"{self.script}: not done after {runs} runs:\n{result.tail()}")
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def query_key(checkpoint: Path, sink: str) -> str | None:
+    """The query key sparkeos derived from the Spark query (names its IDs and markers)."""
+    if not (checkpoint / "sparkeos" / sink).is_dir():
+        return None
+    meta = CommitLog(open_store(sink_log_location(str(checkpoint), sink))).read_meta()
+    return None if meta is None else str(meta["query_key"])
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    work = tmp_path / "work"
+    work.mkdir()
+    yield work
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+# -- Kafka -------------------------------------------------------------------------------------
+def tag() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+class KafkaJanitor:
+    """Creates this test's topics and removes them at the end, with the marker groups
+    and progress records of every KafkaSink query it was told about."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.topics: list[str] = []
+        self.queries: list[tuple[Path, str]] = []
+
+    def topic(self, prefix: str, partitions: int = 2) -> str:
+        from integration.fixtures.kafka import create_topic
+
+        name = f"{prefix}-{tag()}"
+        self.topics.append(name)
+        create_topic(self.bootstrap, name, partitions)
+        return name
+
+    def sink_query(self, checkpoint: Path, sink: str) -> None:
+        self.queries.append((checkpoint, sink))
+
+    def clean(self) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
+
+        from sparkeos.connectors.kafka import read_topic
+        from sparkeos.connectors.kafka.sink import (
+            DEFAULT_MARKER_GROUP_PREFIX,
+            DEFAULT_MARKER_TOPIC,
+        )
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        stems = [f"{DEFAULT_MARKER_GROUP_PREFIX}{key}.{sink}." for checkpoint, sink in
+                 self.queries if (key := query_key(checkpoint, sink))]
+        if stems:
+            listed = admin.list_consumer_groups(request_timeout=30).result()
+            groups = [g.group_id for g in listed.valid if g.group_id.startswith(tuple(stems))]
+            for future in admin.delete_consumer_groups(groups, request_timeout=30).values():
+                future.result()
+            # Tombstones: compaction then drops this test's progress records too.
+            keys = {m.key() for m in read_topic(self.bootstrap, DEFAULT_MARKER_TOPIC,
+                                                timeout_s=120)
+                    if (m.key() or b"").decode(errors="replace").startswith(tuple(stems))}
+            producer = Producer({"bootstrap.servers": self.bootstrap})
+            for key in keys:
+                producer.produce(DEFAULT_MARKER_TOPIC, None, key, partition=0)
+            assert producer.flush(30) == 0
+        if self.topics:
+            for future in admin.delete_topics(self.topics, operation_timeout=30).values():
+                future.result()
+
+
+@pytest.fixture
+def kafka(kafka_bootstrap: str, workdir: Path) -> Iterator[KafkaJanitor]:
+    """Cleans up before ``workdir`` goes: it reads the query keys in the checkpoints."""
+    janitor = KafkaJanitor(kafka_bootstrap)
+    yield janitor
+    janitor.clean()
+
+
+def produce(bootstrap: str, topic: str, values: list[str], aborted: Sequence[str] = ()) -> None:
+    """``values`` in committed transactions of 10, each followed by an aborted one
+    holding one of ``aborted`` (a read_committed reader never sees those)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-up"})
+    producer.init_transactions(30)
+    for n, start in enumerate(range(0, len(values), 10)):
+        producer.begin_transaction()
+        for value in values[start:start + 10]:
+            producer.produce(topic, value.encode())
+        producer.commit_transaction(30)
+        if n < len(aborted):
+            producer.begin_transaction()
+            producer.produce(topic, aborted[n].encode())
+            producer.flush(30)
+            producer.abort_transaction(30)
+
+
+def topic_json(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    from sparkeos.connectors.kafka import read_topic
+
+    return [json.loads(m.value()) for m in read_topic(bootstrap, topic, timeout_s=60)]
+
+
+# -- the examples --------------------------------------------------------------------------------
+@pytest.mark.chaos
+def test_kafka_to_kafka(kafka: KafkaJanitor, workdir: Path) -> None:
+    source, target = kafka.topic("seos-ex-orders"), kafka.topic("seos-ex-cents")
+    ids = list(range(80))
+    produce(kafka.bootstrap, source, [json.dumps({"id": i, "amount": i * 1.5}) for i in ids],
+            aborted=[json.dumps({"id": 900_000 + n, "amount": 1.0}) for n in range(4)])
+    checkpoint = workdir / "checkpoint"
+    kafka.sink_query(checkpoint, "orders-cents")
+    example = Example("kafka_to_kafka.py", workdir, {
+        "SPARKEOS_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "SPARKEOS_KAFKA_STAGING_DIR": str(workdir / "staging")})
+    args = ("--input", source, "--output", target, "--checkpoint", str(checkpoint),
+            "--max-per-batch", "16")
+    for kill in ("kill_driver_after_first_prepare@1", "after_decided@2",
+                 "after_first_commit@3"):
+        example.run_until_killed(*args, kill=kill)
+    example.run_until(*args, done=lambda: {r["id"] for r in topic_json(
+        kafka.bootstrap, target)} >= set(ids))
+    out = topic_json(kafka.bootstrap, target)
+    assert_exactly_once([r["id"] for r in out], ids)
+    assert all(r["amount_cents"] == r["id"] * 150 for r in out), out[:5]
+
+
+@pytest.mark.chaos
+def test_files_to_parquet(workdir: Path) -> None:
+    from sparkeos.connectors.file import read_output
+    from sparkeos.testing.job import write_input
+
+    incoming, output = workdir / "incoming", workdir / "orders"
+    ids = write_input(str(incoming), [range(f * 100, f * 100 + 20) for f in range(6)])
+    example = Example("files_to_parquet.py", workdir)
+    args = ("--input", str(incoming), "--output", str(output),
+            "--checkpoint", str(workdir / "checkpoint"), "--max-files-per-batch", "1")
+
+    def visible() -> list[int]:
+        if not output.is_dir():
+            return []
+        return [int(i) for i in read_output(str(output), "parquet").column("id").to_pylist()]
+
+    for kill in ("kill_driver_after_first_prepare@1", "after_first_commit@2",
+                 "after_decided@3"):
+        example.run_until_killed(*args, kill=kill)
+    example.run_until(*args, done=lambda: set(visible()) >= set(ids))
+    assert_exactly_once(visible(), ids)
+    table = read_output(str(output), "parquet")
+    assert table.column("payload_length").to_pylist() == [
+        len(p) for p in table.column("payload").to_pylist()]
+
+
+@pytest.mark.chaos
+def test_stomp_to_kafka(kafka: KafkaJanitor, artemis_url: str, local_artemis: bool,
+                        workdir: Path) -> None:
+    from integration.stomp_helpers import drain, queue_depth_artemis, send
+
+    queue = f"seos-ex-in-{tag()}"
+    target = kafka.topic("seos-ex-from-stomp")
+    ids = list(range(120))
+    send(artemis_url, queue, [json.dumps({"id": i}) for i in ids])
+    checkpoint = workdir / "checkpoint"
+    kafka.sink_query(checkpoint, "stomp-to-kafka")
+    example = Example("stomp_to_kafka.py", workdir, {
+        "SPARKEOS_STOMP_URL": artemis_url, "SPARKEOS_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "SPARKEOS_KAFKA_STAGING_DIR": str(workdir / "staging"),
+        "SPARKEOS_STOMP_SPOOL_DIR": str(workdir / "spool")})
+    args = ("--queue", queue, "--output", target, "--checkpoint", str(checkpoint),
+            "--max-per-batch", "30")
+
+    def depth() -> int | None:
+        if not local_artemis:
+            return None
+        try:
+            return queue_depth_artemis(queue)
+        except LookupError:
+            return 0  # drained and removed by the broker
+
+    def done() -> bool:
+        complete = {r["id"] for r in topic_json(kafka.bootstrap, target)} >= set(ids)
+        return complete and depth() in (0, None)
+
+    try:
+        # The kill between commit and acknowledgement comes last: a restarted source
+        # acknowledges the batches of the run before as their redeliveries arrive.
+        for kill in ("kill_driver_after_first_prepare@1", "after_first_commit@2",
+                     "source_before_ack@1"):
+            example.run_until_killed(*args, kill=kill)
+        example.run_until(*args, done=done, runs=12)
+        assert_exactly_once([r["id"] for r in topic_json(kafka.bootstrap, target)], ids)
+        pulls = workdir / "spool" / queue / "pulls"
+        assert not pulls.is_dir() or not os.listdir(pulls), os.listdir(pulls)
+    finally:
+        if depth() != 0:  # a failed run left messages behind (auto-deleted once empty)
+            drain(artemis_url, queue, idle=2.0, timeout=120.0)
+
+
+@pytest.mark.chaos
+def test_wordcount_to_postgres(kafka: KafkaJanitor, pg_server: Any, workdir: Path) -> None:
+    """The running word count of issue 13: update-mode counts upserted exactly once
+    (needs PostgresSink(mode="upsert") under exactly_once)."""
+    import psycopg2
+
+    rng = random.Random(13)
+    vocabulary = ["spark", "kafka", "postgres", "exactly", "once", "upsert", "word", "count"]
+    lines = [" ".join(rng.choices(vocabulary, k=rng.randint(1, 6))) for _ in range(100)]
+    expected = Counter(w for line in lines for w in line.split())
+    source = kafka.topic("seos-ex-lines")
+    produce(kafka.bootstrap, source, lines, aborted=["aborted aborted aborted"] * 3)
+    table, checkpoint = f"wordcount_{tag()}", workdir / "checkpoint"
+    example = Example("wordcount_to_postgres.py", workdir, {
+        "SPARKEOS_KAFKA_BOOTSTRAP": kafka.bootstrap, "SPARKEOS_POSTGRES_DSN": pg_server.dsn})
+    args = ("--input", source, "--table", table, "--checkpoint", str(checkpoint),
+            "--max-per-batch", "16")
+
+    def counts() -> dict[str, int]:
+        with psycopg2.connect(pg_server.dsn) as conn, conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (f'"{table}"',))
+            if cur.fetchone()[0] is None:
+                return {}
+            cur.execute(f'SELECT word, "count" FROM "{table}"')
+            found = {str(w): int(n) for w, n in cur.fetchall()}
+        conn.close()
+        return found
+
+    try:
+        for kill in ("kill_driver_after_first_prepare@1", "after_decided@2",
+                     "after_first_commit@3", "after_all_prepared@4"):
+            example.run_until_killed(*args, kill=kill)
+        example.run_until(*args, done=lambda: counts() == dict(expected))
+        assert counts() == dict(expected)
+        assert_markers_once(pg_server.dsn, checkpoint, "wordcount")
+    finally:
+        clean_postgres(pg_server.dsn, table, query_key(checkpoint, "wordcount"))
+
+
+def assert_markers_once(dsn: str, checkpoint: Path, sink: str) -> None:
+    """Every decided batch committed once: its marker rows name one transaction per
+    partition, and no marker belongs to a batch that was never decided."""
+    import psycopg2
+
+    key = query_key(checkpoint, sink)
+    log = CommitLog(open_store(sink_log_location(str(checkpoint), sink)))
+    decided = {b: s.decided for b, s in log.batches().items() if s.decided is not None}
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute('SELECT batch_id, "partition", count(*) FROM sparkeos_markers '
+                    "WHERE query_key = %s AND sink = %s GROUP BY 1, 2", (key, sink))
+        rows = cur.fetchall()
+    conn.close()
+    twice = [(b, p) for b, p, n in rows if n != 1]
+    assert not twice, f"(batch, partition) committed more than once: {twice}"
+    marked = {int(b) for b, _p, _n in rows}
+    assert decided and marked == set(decided), (
+        f"batches with markers {sorted(marked)} != decided batches {sorted(decided)}")
+    for batch, record in decided.items():
+        partitions = {int(p["partition"]) for p in record["participants"]}
+        assert {int(p) for b, p, _n in rows if b == batch} <= partitions, batch
+
+
+def clean_postgres(dsn: str, table: str, key: str | None) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        if key is not None:
+            cur.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s",
+                        (f"seos-{key}-%",))
+            for (gid,) in cur.fetchall():
+                cur.execute("ROLLBACK PREPARED %s", (gid,))
+            cur.execute("SELECT to_regclass('sparkeos_markers')")
+            if cur.fetchone()[0] is not None:
+                cur.execute("DELETE FROM sparkeos_markers WHERE query_key = %s", (key,))
+        cur.execute("SET lock_timeout = '20s'")
+        cur.execute(f'DROP TABLE IF EXISTS "{table}"')
+    conn.close()
+
+
+# -- the list --------------------------------------------------------------------------------------
+def test_every_example_is_listed_short_and_answers_help() -> None:
+    scripts = sorted(p.name for p in EXAMPLES.glob("*.py"))
+    assert scripts, "no examples"
+    listed = (EXAMPLES / "README.md").read_text()
+    tested = set(re.findall(r'Example\("(\w+\.py)"', Path(__file__).read_text()))
+    for name in scripts:
+        text = (EXAMPLES / name).read_text()
+        assert f"examples/{name}" in listed, f"{name} missing from examples/README.md"
+        assert name in tested, f"{name} has no test here"
+        assert text.startswith('"""') and f"examples/{name}" in text.split('"""')[1], (
+            f"{name}: the module docstring says how to run it")
+        assert len(text.splitlines()) <= 70, f"{name} is no longer short"
+        done = subprocess.run([sys.executable, str(EXAMPLES / name), "--help"], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "--available-now" in done.stdout, done.stderr
+    assert "examples/README.md" in (REPO / "README.md").read_text()
