@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .commitlog import IDENTITY_PINNED, CommitLog, open_store, sink_log_location
@@ -16,12 +16,18 @@ from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
 from .errors import ConfigurationError, TransactionIdCollisionError
 from .faults import FaultPlan
+from .group import SinkGroup
 from .observe import BatchMetrics
 from .protocol import TransactionalSink
 from .spark import SparkBatchRunner, require_durable_checkpoint, running_query
 from .txpool import query_key_for
 
 MetricsCallback = Callable[[BatchMetrics], None]
+Frame = Callable[[Any], Any]
+"""A member's DataFrame, from the batch's: ``lambda df: df.select(...)``."""
+SinkSpec = TransactionalSink[Any] | SinkGroup | Mapping[
+    str, TransactionalSink[Any] | tuple[TransactionalSink[Any], Frame]]
+"""A sink; or several, by member name, each optionally with its own DataFrame."""
 
 _NAME_CLAIMS: dict[tuple[str, str], str] = {}
 _NAME_CLAIMS_LOCK = threading.Lock()
@@ -54,11 +60,11 @@ class ForeachBatchAdapter:
 
     def __init__(
         self,
-        sink: TransactionalSink[Any],
+        sink: SinkSpec,
         config: CoordinatorConfig,
         on_batch: MetricsCallback | None = None,
     ) -> None:
-        self.sink = sink
+        self.sink, self.frames = _resolve(sink, config.name)
         self.config = config
         self.on_batch = on_batch
         self.metrics: deque[BatchMetrics] = deque(maxlen=100)
@@ -80,8 +86,10 @@ class ForeachBatchAdapter:
         with self._lock:
             coordinator = self._coordinator_for(df)
             self._renew_lease(coordinator)
-            metrics = coordinator.run_batch(
-                int(batch_id), SparkBatchRunner(df, coordinator.sink.cluster_by()))
+            runners = {member: SparkBatchRunner(self.frames[member](df) if member in self.frames
+                                                else df, part.cluster_by())
+                       for member, part in coordinator.members.items()}
+            metrics = coordinator.run_batch(int(batch_id), runners)
         self.metrics.append(metrics)
         if self.on_batch is not None:
             self.on_batch(metrics)
@@ -166,8 +174,31 @@ class ForeachBatchAdapter:
         )
 
 
+def _resolve(sink: SinkSpec, name: str) -> tuple[TransactionalSink[Any] | SinkGroup,
+                                                  dict[str, Frame]]:
+    if isinstance(sink, (TransactionalSink, SinkGroup)):
+        return sink, {}
+    if not isinstance(sink, Mapping):
+        raise ConfigurationError(
+            f"exactly_once() got a {type(sink).__name__}, not a sink", sink=name,
+            fix="pass a sparkeos sink, or a dict of them: {'db': PostgresSink(...), "
+            "'events': (KafkaSink(...), lambda df: df.select(...))}")
+    members: dict[str, TransactionalSink[Any]] = {}
+    frames: dict[str, Frame] = {}
+    for member, entry in sink.items():
+        if isinstance(entry, tuple):
+            if len(entry) != 2 or not callable(entry[1]):
+                raise ConfigurationError(
+                    f"member {member!r}: give a sink or a pair (sink, function)", sink=name,
+                    fix=f"'{member}': (KafkaSink(...), lambda df: df.select(...))")
+            members[member], frames[member] = entry
+        else:
+            members[member] = entry
+    return SinkGroup(members), frames
+
+
 def with_guarantee(
-    sink: TransactionalSink[Any],
+    sink: SinkSpec,
     name: str,
     guarantee: Guarantee | str,
     *,
@@ -185,7 +216,7 @@ def with_guarantee(
 
 
 def exactly_once(
-    sink: TransactionalSink[Any],
+    sink: SinkSpec,
     name: str,
     *,
     checkpoint_location: str | None = None,
@@ -195,8 +226,12 @@ def exactly_once(
     """Wrap ``sink`` for ``foreachBatch`` with the exactly-once guarantee.
 
     ``name`` identifies the sink within the query and must stay the same across
-    restarts. The commit log goes to ``<checkpointLocation>/sparkeos/<name>/``; the
-    query's checkpointLocation is found automatically, or give ``checkpoint_location``.
+    restarts. Several sinks under one decision (a batch lands in all or, after
+    recovery, none): ``exactly_once({"db": pg, "events": (kafka, to_events)}, name=...)``,
+    where ``to_events`` maps the batch DataFrame to that member's; member names are
+    recorded, keep them stable. The commit log goes to
+    ``<checkpointLocation>/sparkeos/<name>/``; the query's checkpointLocation is found
+    automatically, or give ``checkpoint_location``.
     """
     return with_guarantee(sink, name, Guarantee.EXACTLY_ONCE,
                           checkpoint_location=checkpoint_location, on_batch=on_batch,
@@ -204,7 +239,7 @@ def exactly_once(
 
 
 def at_least_once(
-    sink: TransactionalSink[Any],
+    sink: SinkSpec,
     name: str,
     *,
     on_batch: MetricsCallback | None = None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, final
@@ -44,6 +44,7 @@ from .errors import (
     describe_cause,
 )
 from .faults import FaultPlan
+from .group import SINGLE, SinkGroup, members_of
 from .observe import BatchMetrics, log_event
 from .protocol import CommitLocation, Receipt, TransactionalSink
 from .txpool import AttemptRange, Transaction, TransactionPool
@@ -108,7 +109,8 @@ def attempt_tag(attempt: TaskAttempt, task_attempts: int) -> int:
 
 @dataclass(frozen=True)
 class PrepareTask:
-    """Phase 1 of one task attempt, shipped to a task."""
+    """Phase 1 of one task attempt, shipped to a task. ``partitions`` is the member's
+    count; its participants are the group's ``offset .. offset + partitions - 1``."""
 
     sink: TransactionalSink[Any]
     pool: TransactionPool
@@ -117,18 +119,20 @@ class PrepareTask:
     partitions: int
     task_attempts: int
     faults: FaultPlan
+    offset: int = 0
+    member: str = SINGLE
 
     def __call__(self, attempt: TaskAttempt, batches: Iterator[pa.RecordBatch]) -> TaskResult:
-        partition = attempt.partition
-        if not 0 <= partition < self.partitions:
+        if not 0 <= attempt.partition < self.partitions:
             raise CommitLogError(
-                f"task for partition {partition} ran, but the batch was planned with "
+                f"task for partition {attempt.partition} ran, but the batch was planned with "
                 f"{self.partitions} partitions (its transaction ID is not on record)",
                 sink=self.pool.sink,
                 batch_id=self.batch_id,
                 fix="keep the batch DataFrame's partitioning stable between planning and "
                 "execution (e.g. disable AQE partition coalescing for this query)",
             )
+        partition = self.offset + attempt.partition
         tag = attempt_tag(attempt, self.task_attempts)
         txn = self.pool.transaction(self.batch_id, partition, self.run, tag)
         self.faults.before_begin(self.batch_id, partition, attempt.attempt_number)
@@ -148,6 +152,7 @@ class PrepareTask:
                          attempt.attempt_number)
         return {
             "partition": partition,
+            **({"member": self.member} if self.member != SINGLE else {}),
             "tag": tag,
             "attempt": txn.attempt,
             "spark_attempt": attempt.token,
@@ -164,11 +169,12 @@ class DirectTask:
     sink: TransactionalSink[Any]
     pool: TransactionPool
     batch_id: int
+    offset: int = 0
 
     def __call__(self, attempt: TaskAttempt, batches: Iterator[pa.RecordBatch]) -> TaskResult:
         # No begun record and no recovery: the ID only has to differ between attempts
         # that may run at once.
-        txn = self.pool.transaction(self.batch_id, attempt.partition, 0,
+        txn = self.pool.transaction(self.batch_id, self.offset + attempt.partition, 0,
                                     attempt.attempt_number)
         started = time.perf_counter()
         written = _write_transaction(self.sink, txn, batches)
@@ -228,32 +234,41 @@ def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
 
 
+Runners = BatchRunner | Mapping[str, BatchRunner]
+"""One runner, or one per member of a ``SinkGroup`` (each member's own DataFrame)."""
+
+
 @final
 class Coordinator:
-    """Runs batches of one sink under one guarantee; entry points are final."""
+    """Runs batches of one sink, or of a ``SinkGroup`` under one decision, under one
+    guarantee; entry points are final."""
 
     def __init__(
         self,
-        sink: TransactionalSink[Any],
+        sink: TransactionalSink[Any] | SinkGroup,
         config: CoordinatorConfig,
         log: CommitLog | None,
         query_key: str,
         faults: FaultPlan | None = None,
     ) -> None:
-        if config.guarantee not in sink.guarantees:
-            offered = ", ".join(sorted(g.value for g in sink.guarantees))
-            raise ConfigurationError(
-                f"{type(sink).__name__} cannot give the {config.guarantee.value} guarantee "
-                f"(it offers: {offered})",
-                sink=config.name,
-                fix="ask for a guarantee the sink supports, or use another sink",
-            )
+        members = members_of(sink)
+        for member, part in members.items():
+            if config.guarantee not in part.guarantees:
+                offered = ", ".join(sorted(g.value for g in part.guarantees))
+                label = f" (member {member!r})" if member != SINGLE else ""
+                raise ConfigurationError(
+                    f"{type(part).__name__}{label} cannot give the {config.guarantee.value} "
+                    f"guarantee (it offers: {offered})",
+                    sink=config.name,
+                    fix="ask for a guarantee the sink supports, or use another sink",
+                )
         if config.guarantee is Guarantee.EXACTLY_ONCE and log is None:
             raise ConfigurationError(
                 "exactly-once needs a commit log", sink=config.name,
                 fix="give the query a checkpointLocation",
             )
-        self.sink = sink.for_guarantee(config.guarantee)
+        self.members = {m: part.for_guarantee(config.guarantee) for m, part in members.items()}
+        self.grouped = isinstance(sink, SinkGroup)
         self.config = config
         self.log = log
         self.pool = TransactionPool(query_key, config.name)
@@ -267,16 +282,25 @@ class Coordinator:
     def name(self) -> str:
         return self.config.name
 
+    @property
+    def sink(self) -> TransactionalSink[Any]:
+        """The only sink of a coordinator that is not a group."""
+        if self.grouped:
+            raise ConfigurationError(f"{self.name} is a sink group; use .members",
+                                     sink=self.name)
+        return self.members[SINGLE]
+
     # -- public entry points ----------------------------------------------------------
-    def run_batch(self, batch_id: int, runner: BatchRunner) -> BatchMetrics:
+    def run_batch(self, batch_id: int, runner: Runners) -> BatchMetrics:
         metrics = BatchMetrics(self.pool.query_key, self.name, batch_id,
                                self.config.guarantee.value)
         started = time.perf_counter()
         try:
+            runners = self._runners(runner)
             if self.config.guarantee is Guarantee.EXACTLY_ONCE:
-                self._run_exactly_once(batch_id, runner, metrics)
+                self._run_exactly_once(batch_id, runners, metrics)
             else:
-                self._run_direct(batch_id, runner, metrics)
+                self._run_direct(batch_id, runners, metrics)
         except BaseException as exc:
             self._states = None  # re-read the log before anything else
             if isinstance(exc, SparkEOSError):
@@ -289,7 +313,7 @@ class Coordinator:
                   commit_ms=metrics.commit_ms, total_ms=metrics.total_ms)
         return metrics
 
-    def recover(self, runner: BatchRunner | None = None, *,
+    def recover(self, runner: Runners | None = None, *,
                 full: bool | None = None) -> list[dict[str, Any]]:
         """Finish decided batches, abort runs left without an outcome, sweep leftovers.
 
@@ -299,6 +323,7 @@ class Coordinator:
         batch still on record, for state that late task attempts prepared after the
         earlier sweeps.
         """
+        runners = self._runners(runner) if runner is not None else {}
         states = self._load_states()
         full = not self._swept_all if full is None else full
         done: list[dict[str, Any]] = []
@@ -312,7 +337,7 @@ class Coordinator:
                     if not full:
                         self._sweep([state])
             if state.needs_commit:
-                self._commit_decided(state, runner, recovering=True)
+                self._commit_decided(state, runners, recovering=True)
                 done.append({"batch_id": state.batch_id, "action": "committed"})
         if full:
             self._sweep(states.values())
@@ -323,9 +348,10 @@ class Coordinator:
         return dict(self._load_states())
 
     # -- exactly-once ----------------------------------------------------------------------
-    def _run_exactly_once(self, batch_id: int, runner: BatchRunner, m: BatchMetrics) -> None:
+    def _run_exactly_once(self, batch_id: int, runners: dict[str, BatchRunner],
+                          m: BatchMetrics) -> None:
         log = self._require_log()
-        m.recovered = self.recover(runner)
+        m.recovered = self.recover(runners)
         states = self._load_states()
         state = states.get(batch_id)
         if state is not None and (state.finished is not None or state.decided is not None):
@@ -333,15 +359,18 @@ class Coordinator:
             # recover() above, so a re-run writes nothing new.
             m.outcome = "replayed"
             log_event("batch.replay_skipped", **self._fields(batch_id))
-            runner.run_without_output()
+            for runner in runners.values():
+                runner.run_without_output()
             return
 
-        schema = runner.arrow_schema()
-        # The sink judges the schema first: a batch it refuses must not pin anything.
-        self.sink.validate(schema)
-        self._check_schema(batch_id, schema)
+        schemas = {member: runners[member].arrow_schema() for member in self.members}
+        # The sinks judge the schema first: a batch they refuse must not pin anything.
+        for member, part in self.members.items():
+            part.validate(schemas[member])
+        self._check_schema(batch_id, schemas)
         self._check_existing_output(batch_id)
-        partitions = runner.partitions()
+        layout = self._layout(runners)
+        partitions = sum(count for _offset, count in layout.values())
         m.partitions = partitions
         if partitions == 0:
             state = states.setdefault(batch_id, BatchState(batch_id))
@@ -353,21 +382,30 @@ class Coordinator:
         self._sweep_slot(batch_id, states)
         run = (state.last_attempt + 1) if state is not None else 0
         m.run = run
-        begun = {"partitions": partitions, "slot": self.pool.slot_of(batch_id),
-                 "tags": self.config.task_attempts}
+        begun: dict[str, Any] = {"partitions": partitions, "slot": self.pool.slot_of(batch_id),
+                                 "tags": self.config.task_attempts}
+        if self.grouped:
+            begun["members"] = {member: list(place) for member, place in layout.items()}
         log.append(batch_id, BEGUN, begun, run)
         state = states.setdefault(batch_id, BatchState(batch_id))
         state.begun[run] = begun
         self.faults.driver("after_begun", batch_id)
 
-        # Phase 1: every task attempt writes and prepares its own transaction.
+        # Phase 1: every task attempt of every member writes and prepares its own
+        # transaction.
         t0 = time.perf_counter()
-        task = PrepareTask(self.sink, self.pool, batch_id, run, partitions,
-                           self.config.task_attempts, self.faults)
         try:
-            results = runner.run_tasks(task)
+            results: list[TaskResult] = []
+            for member, part in self.members.items():
+                offset, count = layout[member]
+                if count:
+                    results += runners[member].run_tasks(PrepareTask(
+                        part, self.pool, batch_id, run, count, self.config.task_attempts,
+                        self.faults, offset, member))
             participants = self._check_results(batch_id, partitions, results)
-            self.sink.before_decision(batch_id, [p["receipt"] for p in participants])
+            for member, part in self.members.items():
+                part.before_decision(batch_id, [p["receipt"] for p in participants
+                                                if p.get("member", SINGLE) == member])
         except Exception as exc:
             self._abort_run(state, run, exc)
             config_error = _task_configuration_error(exc, self.name, batch_id)
@@ -401,14 +439,14 @@ class Coordinator:
                 "again",
             )
         m.decide_ms = _ms(t1)
-        self._pin_on_decision(schema)
+        self._pin_on_decision(schemas)
         self.faults.decided(batch_id)
         self.faults.driver("after_decided", batch_id)
 
         # Phase 2.
         t2 = time.perf_counter()
         try:
-            self._commit_decided(state, runner, recovering=False)
+            self._commit_decided(state, runners, recovering=False)
         except SparkEOSError:
             raise
         except Exception as exc:
@@ -423,6 +461,25 @@ class Coordinator:
         m.outcome = "committed"
         self._purge(batch_id)
 
+    def _runners(self, runner: Runners) -> dict[str, BatchRunner]:
+        if not isinstance(runner, Mapping):
+            return {member: runner for member in self.members}
+        missing = sorted(set(self.members) - set(runner))
+        if missing:
+            raise ConfigurationError(f"no batch runner for members {missing}", sink=self.name,
+                                     fix="this is a bug in the adapter; please report it")
+        return dict(runner)
+
+    def _layout(self, runners: dict[str, BatchRunner]) -> dict[str, tuple[int, int]]:
+        """Each member's (offset, count) among the group's participants."""
+        layout: dict[str, tuple[int, int]] = {}
+        offset = 0
+        for member in self.members:
+            count = runners[member].partitions()
+            layout[member] = (offset, count)
+            offset += count
+        return layout
+
     def _check_results(
         self, batch_id: int, partitions: int, results: list[TaskResult]
     ) -> list[dict[str, Any]]:
@@ -435,12 +492,15 @@ class Coordinator:
                 sink=self.name, batch_id=batch_id,
                 fix="this is a bug in the batch runner; please report it",
             )
-        return [
-            {"partition": p, "tag": int(by_partition[p]["tag"]),
-             "attempt": by_partition[p]["attempt"], "rows": by_partition[p]["rows"],
-             "receipt": by_partition[p]["receipt"]}
-            for p in range(partitions)
-        ]
+        participants = []
+        for p in range(partitions):
+            result = by_partition[p]
+            entry = {"partition": p, "tag": int(result["tag"]), "attempt": result["attempt"],
+                     "rows": result["rows"], "receipt": result["receipt"]}
+            if "member" in result:
+                entry["member"] = result["member"]
+            participants.append(entry)
+        return participants
 
     def _settle(self, state: BatchState, run: int, outcome: dict[str, Any]) -> dict[str, Any]:
         """Record ``outcome`` for ``run`` unless another process recorded one first;
@@ -449,54 +509,73 @@ class Coordinator:
         state.outcomes[run] = held
         return held
 
-    def _decided_transactions(self, state: BatchState) -> list[tuple[Transaction, Receipt]]:
+    def _decided_transactions(
+        self, state: BatchState
+    ) -> list[tuple[str, Transaction, Receipt]]:
+        """(member, transaction, receipt) of every decided participant."""
         run = state.decided_run
         assert run is not None and state.decided is not None
         return [
-            (self.pool.transaction(state.batch_id, int(p["partition"]), run, int(p["tag"])),
+            (str(p.get("member", SINGLE)),
+             self.pool.transaction(state.batch_id, int(p["partition"]), run, int(p["tag"])),
              p["receipt"])
             for p in state.decided["participants"]
         ]
 
     def _commit_decided(
-        self, state: BatchState, runner: BatchRunner | None, *, recovering: bool
+        self, state: BatchState, runners: Mapping[str, BatchRunner], *, recovering: bool
     ) -> None:
         log = self._require_log()
         assert state.decided is not None
-        items = self._decided_transactions(state)
-        in_tasks = self.sink.commit_location is CommitLocation.TASKS and bool(items)
-        commit = CommitTask(self.sink, recovering, self.faults, in_tasks)
-        if in_tasks:
-            if runner is None:
-                raise ConfigurationError(
-                    f"{type(self.sink).__name__} commits in Spark tasks; recovery needs a "
-                    "running Spark job",
-                    sink=self.name, batch_id=state.batch_id,
-                    fix="restart the query: it finishes the commits on its first batch",
-                )
-            runner.run_in_tasks(commit, items)
-            self.faults.driver("after_all_commits", state.batch_id)
-        else:
-            self._commit_on_driver(commit, items, state.batch_id)
+        decided = self._decided_transactions(state)
+        unknown = sorted({member for member, _t, _r in decided} - set(self.members))
+        if unknown:
+            raise ConfigurationError(
+                f"batch {state.batch_id} was decided with members {unknown}, which this "
+                "query does not have: every member of a decided batch must be committed",
+                sink=self.name, batch_id=state.batch_id,
+                fix="restart the query with the members it had (members can be added or "
+                "removed once every decided batch is finished)")
+        first = True
+        for member, part in self.members.items():
+            items = [(txn, receipt) for m, txn, receipt in decided if m == member]
+            if not items:
+                continue
+            in_tasks = part.commit_location is CommitLocation.TASKS
+            commit = CommitTask(part, recovering, self.faults, in_tasks)
+            if in_tasks:
+                runner = runners.get(member)
+                if runner is None:
+                    raise ConfigurationError(
+                        f"{type(part).__name__} commits in Spark tasks; recovery needs a "
+                        "running Spark job",
+                        sink=self.name, batch_id=state.batch_id,
+                        fix="restart the query: it finishes the commits on its first batch",
+                    )
+                runner.run_in_tasks(commit, items)
+            else:
+                self._commit_on_driver(commit, items, state.batch_id, first)
+            first = False
+        self.faults.driver("after_all_commits", state.batch_id)
         state.finished = log.claim(state.batch_id, FINISHED, {
-            "participants": len(items), "rows": state.decided.get("rows", 0),
+            "participants": len(decided), "rows": state.decided.get("rows", 0),
             "recovered": recovering})
         if recovering:
             log_event("recovery.committed", **self._fields(state.batch_id),
-                      participants=len(items))
+                      participants=len(decided))
         self.faults.driver("after_finished", state.batch_id)
         # The batch is committed whatever happens here; leftovers a failing sweep leaves
         # are swept again when the slot is reused and on the next recovery.
         self._sweep([state], quiet=True)
 
     def _commit_on_driver(
-        self, commit: CommitTask, items: list[tuple[Transaction, Receipt]], batch_id: int
+        self, commit: CommitTask, items: list[tuple[Transaction, Receipt]], batch_id: int,
+        first_member: bool,
     ) -> None:
-        if not items:
-            return
         first, rest = items[0], items[1:]
         commit(first)
-        self.faults.driver("after_first_commit", batch_id)
+        if first_member:
+            self.faults.driver("after_first_commit", batch_id)
         if rest:
             workers = min(self.config.commit_parallelism, len(rest))
             if workers == 1:
@@ -505,7 +584,6 @@ class Coordinator:
             else:
                 with ThreadPoolExecutor(workers, thread_name_prefix="sparkeos-commit") as ex:
                     list(ex.map(commit, rest))
-        self.faults.driver("after_all_commits", batch_id)
 
     def _abort_run(self, state: BatchState, run: int, cause: BaseException) -> None:
         log_event("batch.aborting", **self._fields(state.batch_id), run=run,
@@ -520,6 +598,10 @@ class Coordinator:
         """Roll back every transaction ID of the given batches that can never be
         committed: every run with an outcome, except the decided attempts.
 
+        Every member sweeps the group's whole range with the group's decided IDs kept:
+        a member's destination holds only its own IDs, and every other ID the range
+        covers is doomed in every member alike.
+
         ``quiet``: log a failure instead of raising it (where the batch's fate is
         already settled; the next sweep of the same IDs tries again)."""
         ranges: list[AttemptRange] = []
@@ -532,17 +614,23 @@ class Coordinator:
                     self.pool.query_key, self.name, state.batch_id, run,
                     int(begun["partitions"]), int(begun.get("tags", 1))))
             if state.decided is not None:
-                keep.update(txn.txn_id for txn, _ in self._decided_transactions(state))
+                keep.update(txn.txn_id for _m, txn, _r in self._decided_transactions(state))
         if not ranges:
             return
-        try:
-            self.sink.sweep(ranges, frozenset(keep))
-        except Exception as exc:
-            if not quiet:
-                raise
-            batches = sorted({r.batch_id for r in ranges})
+        failures: list[Exception] = []
+        for part in self.members.values():
+            try:
+                part.sweep(ranges, frozenset(keep))
+            except Exception as exc:
+                failures.append(exc)
+        if not failures:
+            return
+        if not quiet:
+            raise failures[0]
+        batches = sorted({r.batch_id for r in ranges})
+        for failure in failures:
             log_event("sweep.failed", logging.WARNING, query=self.pool.query_key,
-                      sink=self.name, batches=batches, cause=describe_cause(exc))
+                      sink=self.name, batches=batches, cause=describe_cause(failure))
 
     def _sweep_slot(self, batch_id: int, states: dict[int, BatchState]) -> None:
         """Before a batch reuses a slot, sweep the batch that used it before: late
@@ -552,13 +640,18 @@ class Coordinator:
             self._sweep([previous])
 
     # -- at-least-once / none ---------------------------------------------------------------
-    def _run_direct(self, batch_id: int, runner: BatchRunner, m: BatchMetrics) -> None:
-        self.sink.validate(runner.arrow_schema())
-        m.partitions = runner.partitions()
+    def _run_direct(self, batch_id: int, runners: dict[str, BatchRunner],
+                    m: BatchMetrics) -> None:
+        for member, part in self.members.items():
+            part.validate(runners[member].arrow_schema())
         t0 = time.perf_counter()
-        results = runner.run_tasks(DirectTask(self.sink, self.pool, batch_id))
+        for member, (offset, count) in self._layout(runners).items():
+            m.partitions += count
+            if count:
+                results = runners[member].run_tasks(
+                    DirectTask(self.members[member], self.pool, batch_id, offset))
+                m.rows += sum(int(r["rows"]) for r in results)
         m.prepare_ms = _ms(t0)
-        m.rows = sum(int(r["rows"]) for r in results)
         m.outcome = "direct"
 
     # -- helpers -----------------------------------------------------------------------------
@@ -577,24 +670,35 @@ class Coordinator:
             self._meta = self._require_log().read_meta() or {}
         return self._meta
 
-    def _check_schema(self, batch_id: int, schema: pa.Schema) -> None:
-        recorded = self._recorded_meta().get("schema")
-        current = _schema_fields(schema)
-        if recorded is None or recorded == current or self.sink.accepts_schema_change:
-            return
-        before = {name: typ for name, typ in recorded}
-        after = {name: typ for name, typ in current}
-        changes = [f"+{n}:{t}" for n, t in after.items() if n not in before]
-        changes += [f"-{n}:{t}" for n, t in before.items() if n not in after]
-        changes += [f"{n}:{before[n]}->{t}" for n, t in after.items()
-                    if n in before and before[n] != t]
-        raise SchemaMismatchError(
-            "the batch's schema differs from the schema this sink has committed: "
-            + (", ".join(changes) or "column order changed"),
-            sink=self.name, batch_id=batch_id,
-            fix="select/cast the DataFrame back to the recorded schema, or write the new "
-            "schema under a new sink name; nothing of this batch was written",
-        )
+    def _recorded_schemas(self) -> dict[str, Any]:
+        meta = self._recorded_meta()
+        if self.grouped:
+            return dict(meta.get("schemas") or {})
+        return {SINGLE: meta["schema"]} if "schema" in meta else {}
+
+    def _check_schema(self, batch_id: int, schemas: Mapping[str, pa.Schema]) -> None:
+        recorded_all = self._recorded_schemas()
+        for member, schema in schemas.items():
+            recorded = recorded_all.get(member)
+            current = _schema_fields(schema)
+            part = self.members[member]
+            if recorded is None or recorded == current or part.accepts_schema_change:
+                continue
+            before = {name: typ for name, typ in recorded}
+            after = {name: typ for name, typ in current}
+            changes = [f"+{n}:{t}" for n, t in after.items() if n not in before]
+            changes += [f"-{n}:{t}" for n, t in before.items() if n not in after]
+            changes += [f"{n}:{before[n]}->{t}" for n, t in after.items()
+                        if n in before and before[n] != t]
+            whose = f"member {member!r} of this sink group" if member != SINGLE else (
+                "this sink")
+            raise SchemaMismatchError(
+                f"the batch's schema differs from the schema {whose} has committed: "
+                + (", ".join(changes) or "column order changed"),
+                sink=self.name, batch_id=batch_id,
+                fix="select/cast the DataFrame back to the recorded schema, or write the new "
+                "schema under a new sink name; nothing of this batch was written",
+            )
 
     def _check_existing_output(self, batch_id: int) -> None:
         """Before a sink that never decided a batch writes: refuse to write again what
@@ -604,33 +708,39 @@ class Coordinator:
         if self._recorded_meta().get(IDENTITY_PINNED):
             self._existing_checked = True
             return
-        found = self.sink.output_of_other_queries(self.pool.query_key, self.name)
-        if found:
-            raise ConfigurationError(
-                f"{type(self.sink).__name__} already holds committed output of sink name "
-                f"{self.name!r} written by another query ({found}), and this query's commit "
-                "log is new (a lost or different checkpoint): writing would put those rows "
-                "there twice",
-                sink=self.name, batch_id=batch_id,
-                fix="restore the checkpoint the output was written with; or start this "
-                "query where the old one stopped (e.g. a later startingOffsets) and pass "
-                "exactly_once(..., existing_output='accept'); or, to re-process on purpose "
-                "(the old rows stay), pass existing_output='accept'; or use another sink "
-                "name or destination. Nothing was written",
-            )
+        for part in self.members.values():
+            found = part.output_of_other_queries(self.pool.query_key, self.name)
+            if found:
+                raise ConfigurationError(
+                    f"{type(part).__name__} already holds committed output of sink name "
+                    f"{self.name!r} written by another query ({found}), and this query's "
+                    "commit log is new (a lost or different checkpoint): writing would put "
+                    "those rows there twice",
+                    sink=self.name, batch_id=batch_id,
+                    fix="restore the checkpoint the output was written with; or start this "
+                    "query where the old one stopped (e.g. a later startingOffsets) and pass "
+                    "exactly_once(..., existing_output='accept'); or, to re-process on "
+                    "purpose (the old rows stay), pass existing_output='accept'; or use "
+                    "another sink name or destination. Nothing was written",
+                )
         self._existing_checked = True
 
-    def _pin_on_decision(self, schema: pa.Schema) -> None:
+    def _pin_on_decision(self, schemas: Mapping[str, pa.Schema]) -> None:
         """Pin the schema and the destination once a batch is decided (never before: a
         batch the sink refused, or one that failed, must not make the corrected query
         look changed)."""
         meta = self._recorded_meta()
-        if "schema" in meta and meta.get(IDENTITY_PINNED):
+        key = "schemas" if self.grouped else "schema"
+        if key in meta and meta.get(IDENTITY_PINNED):
             return
         meta.update(self._require_log().read_meta() or {})
-        meta.setdefault("schema", _schema_fields(schema))
-        meta["identity"] = meta.get("identity") if meta.get(IDENTITY_PINNED) else (
-            self.sink.identity())
+        if self.grouped:
+            meta.setdefault("schemas", {m: _schema_fields(s) for m, s in schemas.items()})
+        else:
+            meta.setdefault("schema", _schema_fields(schemas[SINGLE]))
+        identity = (SinkGroup(self.members).identity() if self.grouped
+                    else self.members[SINGLE].identity())
+        meta["identity"] = meta.get("identity") if meta.get(IDENTITY_PINNED) else identity
         meta[IDENTITY_PINNED] = True
         self._require_log().write_meta(meta)
 

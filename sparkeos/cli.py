@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import socket
@@ -15,7 +14,8 @@ from sparkeos.core.commitlog import BatchState, CommitLog, open_store
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import ConfigurationError, QueryRunningError, SparkEOSError
-from sparkeos.core.protocol import Transaction, TransactionalSink, TxnState
+from sparkeos.core.group import load_sink
+from sparkeos.core.protocol import Transaction, TxnState
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 
@@ -32,19 +32,10 @@ def _sink_logs(checkpoint: str, only: str | None, spark: Any) -> list[tuple[str,
     return [(n, CommitLog(open_store(f"{root}/{n}", spark))) for n in names]
 
 
-def _rebuild_sink(meta: dict[str, Any], overrides: dict[str, str]) -> TransactionalSink[Any]:
-    module, _, qualname = str(meta["sink_type"]).rpartition(".")
-    cls: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
-    description = {**meta.get("description", {}), **overrides}
-    try:
-        return cls.from_description(description)  # type: ignore[no-any-return]
-    except TypeError as exc:
-        raise ConfigurationError(
-            f"cannot rebuild {meta['sink_type']} from its recorded description ({exc})",
-            fix="pass the missing settings (secrets are never recorded) with --set KEY=VALUE",
-        ) from None
+def _rebuild_sink(meta: dict[str, Any], overrides: dict[str, str]) -> Any:
+    """The sink (or sink group) a commit log belongs to, from its recorded description
+    and the ``--set`` overrides (secrets are never recorded)."""
+    return load_sink(str(meta["sink_type"]), {**meta.get("description", {}), **overrides})
 
 
 def _outstanding(pool: TransactionPool, state: BatchState) -> tuple[list[str],

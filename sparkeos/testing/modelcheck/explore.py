@@ -42,6 +42,7 @@ SMALL = Bound("small", (
     (Scenario("two-sinks-one-name", batches=1, two_sinks_one_name=True), ONE_FAULT),
     (Scenario("refused-first-schema", batches=1, refused_first_schema=True), ONE_FAULT),
     (Scenario("query", batches=2, max_failures=1), _budget(total=1, delays=1, stage=0)),
+    (Scenario("sink-group", batches=1, group=True), ONE_FAULT),
 ))
 """Runs in the normal test suite (about 4,000 schedules)."""
 
@@ -52,6 +53,9 @@ FULL = Bound("full", (
     (Scenario("query-no-task-retries", max_failures=1), ONE_FAULT),
     (Scenario("query-commit-in-tasks", commit_location=CommitLocation.TASKS), ONE_FAULT),
     (Scenario("query-two-faults", batches=2), TWO_FAULTS),
+    (Scenario("sink-group", batches=2, group=True), ONE_FAULT),
+    (Scenario("sink-group-commit-in-tasks", batches=2, group=True,
+              commit_location=CommitLocation.TASKS), ONE_FAULT),
 ))
 """``./run modelcheck`` (about 35,000 schedules): 3 batches x 2 partitions with one
 fault and one delay, in three shapes of the query; 2 batches with every pair of

@@ -107,11 +107,12 @@ def schema_pinned_before_validate() -> Iterator[None]:
     original_check = Coordinator._check_schema
     original_validate = system_mod.ModelSink.validate
 
-    def check(self: Coordinator, batch_id: int, schema: Any) -> None:
-        if "schema" not in self._recorded_meta():
-            self._pin_on_decision(schema)  # pinned first, as before the fix
-        original_check(self, batch_id, schema)
-        original_validate(self.sink, schema)  # type: ignore[arg-type]
+    def check(self: Coordinator, batch_id: int, schemas: Any) -> None:
+        if not self._recorded_schemas():
+            self._pin_on_decision(schemas)  # pinned first, as before the fix
+        original_check(self, batch_id, schemas)
+        for member, part in self.members.items():
+            original_validate(part, schemas[member])  # type: ignore[arg-type]
 
     with _patched(Coordinator, "_check_schema", check), \
             _patched(system_mod.ModelSink, "validate", lambda self, schema: None):

@@ -40,6 +40,7 @@ from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.coordinator import Coordinator, TaskAttempt, TaskFunction, TaskResult
 from sparkeos.core.errors import ConfigurationError, DataLossError, SparkEOSError
+from sparkeos.core.group import SinkGroup
 from sparkeos.core.protocol import CommitLocation
 from sparkeos.core.txpool import TransactionPool
 
@@ -68,6 +69,9 @@ class Scenario:
     task_attempts: int = 4
     two_sinks_one_name: bool = False
     refused_first_schema: bool = False
+    group: bool = False
+    """Two sinks under one decision (a ``SinkGroup``): member ``b`` plans one partition
+    fewer than ``a`` (at least one), both write every id."""
 
     def ids(self, batch_id: int) -> list[int]:
         return [batch_id * 100 + i for i in range(3)]
@@ -177,7 +181,7 @@ class World:
         self.scenario = scenario
         self.store = ModelStore(sched)
         self.log = CommitLog(self.store)
-        names = ("A", "B") if scenario.two_sinks_one_name else ("A",)
+        names = ("A", "B") if scenario.two_sinks_one_name or scenario.group else ("A",)
         self.systems = [ModelSystem(sched, self.store, name) for name in names]
         for system in self.systems:
             system.reject_schema = _reject_string_ids
@@ -240,8 +244,23 @@ class World:
     def coordinator(self, system: ModelSystem) -> Coordinator:
         config = CoordinatorConfig(name=SINK, commit_parallelism=1,
                                    task_attempts=self.scenario.task_attempts)
+        if self.scenario.group:
+            group = SinkGroup({s.name.lower(): ModelSink(s, self.scenario.commit_location)
+                               for s in self.systems})
+            return Coordinator(group, config, self.log, QUERY_KEY)
         sink = ModelSink(system, self.scenario.commit_location)
         return Coordinator(sink, config, self.log, QUERY_KEY)
+
+    def coordinators(self) -> list[Coordinator]:
+        """One per adapter of the query: a group has one for all its members."""
+        systems = self.systems[:1] if self.scenario.group else self.systems
+        return [self.coordinator(system) for system in systems]
+
+    def runners(self, batch_id: int, partitions: int, schema: pa.Schema) -> Any:
+        if not self.scenario.group:
+            return ModelRunner(self, batch_id, partitions, schema)
+        return {"a": ModelRunner(self, batch_id, partitions, schema),
+                "b": ModelRunner(self, batch_id, max(1, partitions - 1), schema)}
 
     def racing_recover(self) -> None:
         try:
@@ -255,7 +274,7 @@ class World:
 
     def drive(self, run: int, partitions: int, result: dict[str, Any]) -> None:
         scenario = self.scenario
-        coordinators = [self.coordinator(system) for system in self.systems]
+        coordinators = self.coordinators()
         try:
             for token in range(len(coordinators)):
                 # Both adapters of the two-sinks scenario carry the same name.
@@ -267,7 +286,7 @@ class World:
                     GOOD_SCHEMA)
                 self.sched.point(f"foreachBatch({batch_id})")
                 for coord in coordinators:
-                    coord.run_batch(batch_id, ModelRunner(self, batch_id, partitions, schema))
+                    coord.run_batch(batch_id, self.runners(batch_id, partitions, schema))
                 self.sched.point(f"Spark commits batch {batch_id}")
                 self.spark_committed.add(batch_id)
             result["outcome"] = "completed"
@@ -313,11 +332,12 @@ class World:
 
     def finish(self) -> None:
         """A last restart after every attempt ended: full recovery, then the checks."""
-        for system in self.systems:
+        for coord in self.coordinators():
             try:
-                self.coordinator(system).recover(full=True)
+                coord.recover(full=True)
             except SparkEOSError as exc:
                 self.violations.append(f"final recovery failed: {exc.problem}")
+        for system in self.systems:
             expected = sorted(self.scenario.expected())
             if sorted(system.visible) != expected:
                 missing = sorted(set(expected) - set(system.visible))
