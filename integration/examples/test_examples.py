@@ -350,6 +350,48 @@ def test_wordcount_to_postgres(kafka: KafkaJanitor, pg_server: Any, workdir: Pat
         clean_postgres(pg_server.dsn, table, query_key(checkpoint, "wordcount"))
 
 
+@pytest.mark.chaos
+def test_kafka_to_postgres_and_kafka(kafka: KafkaJanitor, pg_server: Any,
+                                     workdir: Path) -> None:
+    """One decision across two sinks, killed between the two members' commits among
+    others: in the end every order once in the table and once in the topic."""
+    import psycopg2
+
+    source, events = kafka.topic("seos-ex-orders"), kafka.topic("seos-ex-events")
+    ids = list(range(60))
+    produce(kafka.bootstrap, source, [json.dumps({"id": i, "amount": i * 2.0}) for i in ids])
+    table, checkpoint = f"orders_{tag()}", workdir / "checkpoint"
+    kafka.sink_query(checkpoint, "orders")
+    example = Example("kafka_to_postgres_and_kafka.py", workdir, {
+        "SPARKEOS_KAFKA_BOOTSTRAP": kafka.bootstrap, "SPARKEOS_POSTGRES_DSN": pg_server.dsn,
+        "SPARKEOS_KAFKA_STAGING_DIR": str(workdir / "staging")})
+    args = ("--input", source, "--table", table, "--events", events,
+            "--checkpoint", str(checkpoint), "--max-per-batch", "12")
+
+    def in_table() -> list[int]:
+        found: list[int] = []
+        with psycopg2.connect(pg_server.dsn) as conn, conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (f'"{table}"',))
+            if cur.fetchone()[0] is not None:
+                cur.execute(f'SELECT id FROM "{table}"')
+                found = [int(r[0]) for r in cur.fetchall()]
+        conn.close()
+        return sorted(found)
+
+    def in_topic() -> list[int]:
+        return sorted(int(r["id"]) for r in topic_json(kafka.bootstrap, events))
+
+    try:
+        for kill in ("after_first_commit@1", "kill_driver_after_first_prepare@2",
+                     "after_decided@3"):
+            example.run_until_killed(*args, kill=kill)
+        example.run_until(*args, done=lambda: set(in_table()) >= set(ids))
+        assert_exactly_once(in_table(), ids)
+        assert_exactly_once(in_topic(), ids)
+    finally:
+        clean_postgres(pg_server.dsn, table, query_key(checkpoint, "orders"))
+
+
 def assert_markers_once(dsn: str, checkpoint: Path, sink: str) -> None:
     """Every decided batch committed once: its marker rows name one transaction per
     partition, and no marker belongs to a batch that was never decided."""
