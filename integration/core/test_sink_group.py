@@ -18,11 +18,11 @@ from sparkeos.testing.job import JobSpec, run_job_process, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos]
 
-FILES = [[1, 2, 3], [4, 5], [6, 7, 8], [9], [10, 11], [12, 13, 14]]
+FILES = [[1, 2, 3], [4, 5], [6, 7, 8], [9], [10, 11], [12, 13, 14], [15], [16, 17], [18]]
 # after_first_commit: PostgreSQL (committed on the driver) has the batch, Kafka (in
 # tasks) not yet: the window only recovery may close.
 CRASHES = ["after_decided@1", "after_first_commit@2", "kill_driver_after_first_prepare@3",
-           "after_all_prepared@4"]
+           "after_all_prepared@4", "after_all_commits@5", "after_finished@6", "after_begun@7"]
 
 
 def pg_ids(admin: Any, table: str) -> list[int]:
