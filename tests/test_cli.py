@@ -136,3 +136,29 @@ def test_status_shows_what_it_can_read_of_a_corrupt_log(tmp_path, capsys):
     assert "not valid JSON" in report[0]["unreadable"][0]
     assert main(["status", str(tmp_path / "nothing"), "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["error"] == "ConfigurationError"
+
+
+def test_recover_and_probe_a_sink_group(tmp_path, capsys):
+    """A group's commit log: status probes every member, recover commits both."""
+    from sparkeos.core.group import SinkGroup
+
+    ckpt = str(tmp_path / "ckpt")
+    outs = {"a": str(tmp_path / "a"), "b": str(tmp_path / "b")}
+    group = SinkGroup({name: FileSink(path) for name, path in outs.items()})
+    config = CoordinatorConfig(name="both")
+    log = CommitLog(open_store(sink_log_location(ckpt, "both")))
+    key = ForeachBatchAdapter(group, config)._claim_log(log, "query-2")
+
+    def runners(*parts: list[int]) -> dict[str, ListRunner]:
+        return {"a": ListRunner(list(parts)), "b": ListRunner([[i for p in parts for i in p]])}
+
+    Coordinator(group, config, log, key).run_batch(0, runners([1], [2]))
+    with pytest.raises(InjectedCrash):
+        Coordinator(group, config, log, key, FaultPlan("after_first_commit", 1, simulate=True)
+                    ).run_batch(1, runners([3], [4]))
+    assert ids(outs["a"]) == [1, 2, 3] and ids(outs["b"]) == [1, 2]  # mid phase 2
+    assert main(["status", ckpt, "--probe"]) == 0
+    text = capsys.readouterr().out
+    assert "SinkGroup" in text and "destination holds: prepared" in text
+    assert main(["recover", ckpt]) == 0
+    assert ids(outs["a"]) == ids(outs["b"]) == [1, 2, 3, 4]
