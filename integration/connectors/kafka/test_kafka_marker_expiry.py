@@ -44,7 +44,7 @@ def test_committed_participants_stay_committed_after_their_markers_expired(
     assert sorted(ids) == [1, 2]
     # The query stays down until the broker has dropped partition 0's marker offset.
     decided = log.batches()[0]
-    p0 = Coordinator(sink, config, log, "xq")._decided_transactions(decided)[0][0]
+    _member, p0, _receipt = Coordinator(sink, config, log, "xq")._decided_transactions(decided)[0]
     deadline = time.monotonic() + 600
     while sink._committed_batch(p0, "driver") >= 0:
         assert time.monotonic() < deadline, "the marker offset never expired"
