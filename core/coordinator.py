@@ -359,8 +359,9 @@ class Coordinator:
             # recover() above, so a re-run writes nothing new.
             m.outcome = "replayed"
             log_event("batch.replay_skipped", **self._fields(batch_id))
-            for runner in runners.values():
-                runner.run_without_output()
+            # Every member's DataFrame derives from the batch's: running one runs the
+            # whole upstream plan (its state stores included) once.
+            next(iter(runners.values())).run_without_output()
             return
 
         schemas = {member: runners[member].arrow_schema() for member in self.members}

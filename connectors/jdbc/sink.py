@@ -250,7 +250,6 @@ class PostgresSink(TransactionalSink[PgTransaction]):
     def identity(self) -> dict[str, Any]:
         return {"target": dsn_mod.target(self.dsn), "table": self.table, "mode": self.mode}
 
-
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         out["target"] = dsn_mod.redact(self.dsn)  # no password

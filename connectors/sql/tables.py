@@ -160,13 +160,11 @@ class Tables:
                 return None if held is None else 0
             mine = stage.c[TXN_COLUMN] == txn.txn_id
             moved = 0
-            if not columns:  # an empty partition staged nothing
-                key = ()
-            if key:
-                same_key = sa.and_(mine, *[stage.c[k] == target.c[k] for k in key])
-                conn.execute(target.delete().where(
-                    sa.exists(sa.select(stage.c[TXN_COLUMN]).where(same_key))))
-            if columns:
+            if columns:  # else an empty partition staged nothing
+                if key:
+                    same_key = sa.and_(mine, *[stage.c[k] == target.c[k] for k in key])
+                    conn.execute(target.delete().where(
+                        sa.exists(sa.select(stage.c[TXN_COLUMN]).where(same_key))))
                 moved = conn.execute(target.insert().from_select(
                     columns, sa.select(*[stage.c[c] for c in columns]).where(mine))).rowcount
             conn.execute(stage.delete().where(mine))
