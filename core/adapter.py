@@ -87,7 +87,9 @@ class ForeachBatchAdapter:
             coordinator = self._coordinator_for(df)
             self._renew_lease(coordinator)
             runners = {member: SparkBatchRunner(self.frames[member](df) if member in self.frames
-                                                else df, part.cluster_by())
+                                                else df, part.cluster_by(),
+                                                writers=self.config.writers,
+                                                columns=part.task_columns())
                        for member, part in coordinator.members.items()}
             metrics = coordinator.run_batch(int(batch_id), runners)
         self.metrics.append(metrics)

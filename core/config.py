@@ -61,6 +61,11 @@ class CoordinatorConfig:
     re-run, nothing is lost).
     ``lease_ttl_s``: how long the lease the running query renews every batch keeps
     ``sparkeos recover`` from acting (without ``--force``).
+    ``writers``: how many participants (transactions) write a batch at most. A batch
+    with more partitions is coalesced (no shuffle, deterministic) to this many before
+    phase 1, so per-transaction costs do not grow with ``spark.sql.shuffle.partitions``.
+    Default ``None``: the cores the query's executors have (Spark's
+    ``defaultParallelism``). A batch with fewer partitions keeps its partitioning.
     ``existing_output``: what to do when a sink whose commit log never decided a batch
     finds committed output of the same sink name from another query (a lost or new
     checkpoint): ``"refuse"`` (default: a ``ConfigurationError`` before anything is
@@ -76,6 +81,7 @@ class CoordinatorConfig:
     task_attempts: int = 8
     lease_ttl_s: float = 300.0
     existing_output: str = "refuse"
+    writers: int | None = None
 
     def __post_init__(self) -> None:
         validate_sink_name(self.name)
@@ -100,6 +106,13 @@ class CoordinatorConfig:
             raise ConfigurationError(
                 f"existing_output={self.existing_output!r}", sink=self.name,
                 fix="use 'refuse' (default) or 'accept'")
+        if self.writers is not None and (
+                not isinstance(self.writers, int) or isinstance(self.writers, bool)
+                or self.writers < 1):
+            raise ConfigurationError(
+                f"writers={self.writers!r} must be a whole number >= 1", sink=self.name,
+                fix="leave it unset (the executors' cores) or give the number of "
+                "transactions that should write each batch")
         if not self.lease_ttl_s > 0:
             raise ConfigurationError(f"lease_ttl_s={self.lease_ttl_s} must be > 0",
                                      sink=self.name)

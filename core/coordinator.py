@@ -371,6 +371,9 @@ class Coordinator:
         self._check_schema(batch_id, schemas)
         self._check_existing_output(batch_id)
         layout = self._layout(runners)
+        for member, part in self.members.items():
+            if layout[member][1]:
+                part.check_participants(layout[member][1])
         partitions = sum(count for _offset, count in layout.values())
         m.partitions = partitions
         if partitions == 0:

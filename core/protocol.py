@@ -130,6 +130,16 @@ class TransactionalSink(ABC, Generic[H]):
         none, the batch keeps its partitioning."""
         return ()
 
+    def task_columns(self) -> tuple[str, ...]:
+        """Spark SQL expressions the batch is projected to before phase 1
+        (``selectExpr``), so that encoding runs in the JVM, e.g.
+        ``("to_json(struct(*)) AS _json",)``. Default: none, tasks get the batch's own
+        columns. ``validate`` and schema pinning still see the batch's own schema;
+        runners without Spark (in-process tests) pass the columns unprojected, so
+        ``write`` must accept both.
+        """
+        return ()
+
     # -- driver, before each batch ---------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
         """Check that the batch schema fits and the destination is usable.
@@ -137,6 +147,12 @@ class TransactionalSink(ABC, Generic[H]):
         Raise ``ConfigurationError`` / ``SchemaMismatchError`` naming the fix. Runs on
         the driver before anything is written.
         """
+
+    def check_participants(self, count: int) -> None:
+        """Driver, before phase 1: the batch has ``count`` participants of this sink.
+        Raise ``ConfigurationError`` if the destination cannot hold that many open
+        transactions at once (with room for a retried attempt of each). Default: no
+        limit."""
 
     # -- phase 1, in a task ------------------------------------------------------------
     @abstractmethod

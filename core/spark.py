@@ -63,18 +63,29 @@ class SparkBatchRunner:
     close to the speed of Spark's own writers.
     """
 
-    def __init__(self, df: Any, cluster_by: Sequence[str] = ()) -> None:
+    def __init__(self, df: Any, cluster_by: Sequence[str] = (),
+                 writers: int | None = None, columns: Sequence[str] = ()) -> None:
+        self._schema_df = df
+        partitions = int(df.rdd.getNumPartitions())
+        limit = writers or max(1, int(df.sparkSession.sparkContext.defaultParallelism))
         if cluster_by and set(cluster_by) <= set(df.columns):  # else the sink refuses
-            # Same partition count, rows with equal keys in one partition: hash
-            # partitioning is a function of the key, so every task attempt of a
-            # partition sees the same rows.
-            partitions = int(df.rdd.getNumPartitions())
+            # Rows with equal keys in one partition: hash partitioning is a function of
+            # the key, so every task attempt of a partition sees the same rows.
             if partitions:
+                partitions = min(partitions, limit)
                 df = df.repartition(partitions, *cluster_by)
-        self._df = df
+        elif partitions > limit:
+            # Each partition is a participant with fixed costs (a transaction, a staged
+            # file, a producer): a 200-partition batch is written by ``limit`` of them.
+            # coalesce groups parent partitions without a shuffle, fixed for the job, so
+            # every attempt of a participant sees the same rows.
+            df = df.coalesce(limit)
+            partitions = limit
+        self._df = df.selectExpr(*columns) if columns else df
+        self._partitions = partitions
 
     def partitions(self) -> int:
-        return int(self._df.rdd.getNumPartitions())
+        return self._partitions
 
     def arrow_schema(self) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -82,9 +93,9 @@ class SparkBatchRunner:
         # Timestamps reach tasks in the session time zone; the schema recorded in the
         # commit log uses UTC so that a time-zone setting change is not a schema change.
         try:
-            return to_arrow_schema(self._df.schema, timezone="UTC")
+            return to_arrow_schema(self._schema_df.schema, timezone="UTC")
         except TypeError:  # pyspark < 4.1 has no timezone parameter
-            return to_arrow_schema(self._df.schema)
+            return to_arrow_schema(self._schema_df.schema)
 
     def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
         app_id = self._df.sparkSession.sparkContext.applicationId

@@ -41,6 +41,10 @@ from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 STAGING_DIR = ".sparkeos-staging"
 FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
+# The column a JSON Lines batch reaches tasks in: one JSON object per row, made by
+# Spark's own JSON generator (what ``df.write.json`` writes), so no row is encoded in
+# Python.
+JSON_COLUMN = "_sparkeos_json"
 _PART = re.compile(r"^part-([^-]+)-(.+)-(\d{10})-(\d{5})\.(?:parquet|jsonl)$")
 
 
@@ -89,6 +93,11 @@ class FileSink(TransactionalSink[_Staged]):
         return {"path": self.directory, "format": self.format}
 
     # -- driver ------------------------------------------------------------------------
+    def task_columns(self) -> tuple[str, ...]:
+        if self.format == "jsonl":
+            return (f"to_json(struct(*)) AS {JSON_COLUMN}",)
+        return ()
+
     def validate(self, schema: pa.Schema) -> None:
         staging = os.path.join(self.directory, STAGING_DIR)
         require_writable_dir(
@@ -111,7 +120,7 @@ class FileSink(TransactionalSink[_Staged]):
         if self.format == "parquet":
             handle.writer.write_batch(batch)
         else:
-            handle.writer.write(_jsonl(batch))
+            handle.writer.write(_json_lines(batch))
         handle.rows += batch.num_rows
 
     def prepare(self, handle: _Staged) -> Receipt:
@@ -216,6 +225,25 @@ class FileSink(TransactionalSink[_Staged]):
 
             return pq.ParquetWriter(target, schema, compression=self.compression)
         return open(target, "wb")
+
+
+def _json_lines(batch: pa.RecordBatch) -> Any:
+    if batch.schema.names != [JSON_COLUMN]:
+        return _jsonl(batch)  # a runner without Spark: encode here
+    import pyarrow.compute as pc
+
+    column = batch.column(0)
+    empty, newline = pa.scalar("", column.type), pa.scalar("\n", column.type)
+    lines = pc.binary_join_element_wise(column, empty, newline)  # each value + "\n"
+    if len(lines) == 0:
+        return b""
+    # The lines lie back to back in the array's data buffer: write it without a copy.
+    width = 8 if pa.types.is_large_string(lines.type) else 4
+    _validity, offsets, data = lines.buffers()
+    first, last = lines.offset * width, (lines.offset + len(lines)) * width
+    start = int.from_bytes(offsets[first:first + width].to_pybytes(), "little")
+    end = int.from_bytes(offsets[last:last + width].to_pybytes(), "little")
+    return data[start:end]
 
 
 def _jsonl(batch: pa.RecordBatch) -> bytes:

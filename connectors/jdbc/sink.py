@@ -92,6 +92,9 @@ DSN_ENV = "SPARKEOS_POSTGRES_DSN"
 # the driver, and the catalog rarely changes under a running query.
 _VALIDATED: dict[tuple[Any, ...], float] = {}
 VALIDATION_TTL_S = 300.0
+# max_prepared_transactions per DSN, read by validate(): a restart of PostgreSQL is
+# needed to change it.
+_PREPARED_LIMIT: dict[str, int] = {}
 
 
 @dataclass
@@ -280,12 +283,26 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                      lambda conn: self._validate_on(conn, schema, names))
         _VALIDATED[cache_key] = time.monotonic() + VALIDATION_TTL_S
 
+    def check_participants(self, count: int) -> None:
+        limit = _PREPARED_LIMIT.get(self.dsn)
+        if not self._prepared or limit is None or limit >= 2 * count:
+            return
+        raise ConfigurationError(
+            f"this batch has {count} participants, each holding a prepared transaction "
+            f"until phase 2 (and a retried or speculative attempt one more), but "
+            f"{self._target} allows max_prepared_transactions = {limit}: at least "
+            f"{2 * count} are needed; nothing was written",
+            fix=f"write with fewer transactions: exactly_once(..., writers={max(1, limit // 2)})"
+            f" (or fewer); or raise max_prepared_transactions to at least {2 * count} x the "
+            "sinks writing to this server and restart PostgreSQL")
+
     def _validate_on(self, conn: Any, schema: pa.Schema, names: tuple[str, ...]) -> None:
 
         with conn.cursor() as cur:
             if self._prepared:
                 cur.execute("SHOW max_prepared_transactions")
                 limit = int(cur.fetchone()[0])
+                _PREPARED_LIMIT[self.dsn] = limit
                 if limit == 0:
                     raise prepared_limit_error(0, target=self._target)
             columns = self._table_columns(conn, cur)

@@ -9,7 +9,14 @@ import pytest
 from integration.streams import id_stream, run_available
 from sparkeos import ConfigurationError, exactly_once
 from sparkeos.connectors.file import FileSink, read_output
-from sparkeos.core.commitlog import BEGUN, DECIDED, OUTCOME, CommitLog, HadoopStore
+from sparkeos.core.commitlog import (
+    BEGUN,
+    DECIDED,
+    OUTCOME,
+    CommitLog,
+    HadoopStore,
+    open_store,
+)
 from sparkeos.core.errors import RecordExistsError
 from sparkeos.testing.job import write_input
 
@@ -197,3 +204,28 @@ def test_a_lost_checkpoint_is_refused_not_written_twice(spark, tmp_path):
                                               existing_output="accept"),
          str(tmp_path / "ckpt-new2"))
     assert _ids(out) == [1, 1, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("writers, expected", [(None, 2), (3, 3), (20, 8)])
+def test_writers_bound_the_participants_of_a_many_partition_batch(spark, tmp_path, writers,
+                                                                   expected):
+    """A batch of 8 partitions is written by ``writers`` transactions (default: the
+    executors' cores, 2 on local[2]); every row once, the count recorded in begun."""
+    in_dir, out, ckpt = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ckpt")
+    write_input(in_dir, [list(range(100)), list(range(100, 150))])
+    seen: list = []
+    settings = {} if writers is None else {"writers": writers}
+    adapter = exactly_once(FileSink(out), name="files", on_batch=seen.append, **settings)
+    _run(_stream(spark, in_dir).repartition(8), adapter, ckpt)
+    assert [m.partitions for m in seen] == [expected, expected]
+    assert _ids(out) == list(range(150))
+    states = CommitLog(open_store(os.path.join(ckpt, "sparkeos", "files"))).batches()
+    for batch in (0, 1):
+        assert [begun["partitions"] for begun in states[batch].begun.values()] == [expected]
+        decided = states[batch].outcomes[0]
+        assert decided["outcome"] == DECIDED and len(decided["participants"]) == expected
+
+
+def test_writers_must_be_a_positive_whole_number():
+    with pytest.raises(ConfigurationError, match="writers=0"):
+        exactly_once(FileSink("/tmp/x"), name="files", writers=0)

@@ -43,3 +43,30 @@ def test_values_round_trip(spark, tmp_path, fmt):
     # Spark itself reads the committed output and skips the hidden staging directory.
     reader = spark.read.parquet(out) if fmt == "parquet" else spark.read.json(out)
     assert reader.count() == 3
+
+
+def test_json_lines_are_what_sparks_own_json_writer_writes(spark, tmp_path):
+    """JSON Lines are made by Spark's JSON generator in the JVM (``to_json``), so the
+    exactly-once output and ``df.write.json`` of the same rows hold the same lines."""
+    in_dir = tmp_path / "in"
+    in_dir.mkdir()
+    (in_dir / "rows.json").write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    out, plain = str(tmp_path / "out"), str(tmp_path / "plain")
+    df = spark.readStream.schema(SCHEMA).json(str(in_dir))
+    query = (df.writeStream.foreachBatch(exactly_once(FileSink(out, format="jsonl"),
+                                                      name="fmt"))
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    spark.read.schema(SCHEMA).json(str(in_dir)).write.json(plain)
+
+    def lines(files: list[str]) -> list[str]:
+        found: list[str] = []
+        for file in files:
+            with open(file) as fh:
+                found += fh.read().splitlines()
+        return sorted(found)
+
+    ours = lines(committed_files(out, "jsonl"))
+    spark_lines = lines([str(p) for p in sorted((tmp_path / "plain").glob("part-*.json"))])
+    assert len(ours) == 3 and ours == spark_lines

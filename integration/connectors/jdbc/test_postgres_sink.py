@@ -586,15 +586,37 @@ def test_prepared_transactions_disabled_or_used_up(tiny_server, names):
     with pytest.raises(ConfigurationError, match="ALTER SYSTEM SET max_prepared"):
         _prepare_without_validate(sink, txn)
 
-    dsn = tiny_server(1)
+    # Up front: a batch needs 2 slots per participant (an attempt and its retry).
+    dsn = tiny_server(2)
     sink = PostgresSink(dsn=dsn, table=names.table, marker_table=names.marker)
     log = memory_log()
-    with pytest.raises(ConfigurationError, match="no free prepared-transaction slot") as info:
+    with pytest.raises(ConfigurationError, match="at least 4 are needed") as info:
         coordinator(sink, log, names).run_batch(0, ids_runner([[1], [2]]))
-    # Issue 15, defect 6: who holds the slots, and how to free orphans.
-    message = str(info.value)
-    assert "1 of max_prepared_transactions = 1 are in use: 1 by this sink" in message
-    assert "sparkeos recover" in message and "pg_prepared_xacts" in message
+    assert "writers=1" in str(info.value) and log.batches() == {}
+
+    # The slots are held by another tool: PREPARE fails and says who holds them.
+    import psycopg2
+
+    other = psycopg2.connect(dsn)
+    other.autocommit = True
+    try:
+        with other.cursor() as cur:
+            for gid in ("other-tool-1", "other-tool-2"):
+                cur.execute("BEGIN")
+                cur.execute("SELECT 1")
+                cur.execute(f"PREPARE TRANSACTION '{gid}'")
+        with pytest.raises(ConfigurationError, match="no free prepared-transaction slot") as info:
+            coordinator(sink, log, names).run_batch(0, ids_runner([[1, 2]]))
+        # Issue 15, defect 6: who holds the slots, and how to free orphans.
+        message = str(info.value)
+        assert "2 of max_prepared_transactions = 2 are in use: 0 by this sink" in message
+        assert "other-tool-1" in message
+        assert "sparkeos recover" in message and "pg_prepared_xacts" in message
+    finally:
+        with other.cursor() as cur:
+            for gid in ("other-tool-1", "other-tool-2"):
+                cur.execute(f"ROLLBACK PREPARED '{gid}'")
+        other.close()
 
 
 def _prepare_without_validate(sink: PostgresSink, txn: Any) -> None:
