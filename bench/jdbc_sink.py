@@ -6,14 +6,19 @@ Parquet file per micro-batch, ``maxFilesPerTrigger=1``, ``availableNow``) is wri
 * ``exactly_once``  ``exactly_once(PostgresSink(...))``: COPY + PREPARE TRANSACTION per
                     task, COMMIT PREPARED on the driver after the durable decision;
 * ``upsert``        ``at_least_once(PostgresSink(mode="upsert", key=["id"]))``;
+* ``copy``          ``at_least_once(PostgresSink(...))``: binary COPY from Arrow and a
+                    plain COMMIT in each task, the fastest plain write we know;
+* ``copy_csv``      ``foreachBatch`` + ``foreachPartition`` with a hand-written CSV
+                    ``COPY ... FROM STDIN`` (psycopg2 ``copy_expert``) per task;
 * ``plain``         ``foreachBatch`` + ``foreachPartition`` inserting with psycopg2
-                    ``execute_values`` (at-least-once): the ratio's denominator;
+                    ``execute_values`` (at-least-once);
 * ``spark_jdbc``    ``foreachBatch`` + ``df.write.jdbc(...)`` (PostgreSQL JDBC driver
                     from Maven Central), Spark's own at-least-once path.
 
 Modes run in rotating order for ``--repeats`` rounds; medians are reported. Every run
-is checked: the table holds exactly the input's ids. The last line is
-``ratio exactly_once/plain: <x>`` (median wall time of exactly-once / plain).
+is checked: the table holds exactly the input's ids. ``--partitions N`` repartitions
+the source in every mode. The last line is ``ratio exactly_once/plain: <x>``: median
+wall time of exactly-once / that of the fastest plain (at-least-once) mode that ran.
 
     ./run bench jdbc_sink --rows-per-batch 100000 --batches 3
 """
@@ -35,7 +40,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = ("exactly_once", "upsert", "plain", "spark_jdbc")
+MODES = ("exactly_once", "upsert", "copy", "copy_csv", "plain", "spark_jdbc")
+PLAIN_MODES = ("copy", "copy_csv", "plain", "spark_jdbc")
+SINK_METRICS: dict[str, list[Any]] = {}
+ADD_BATCH: dict[str, list[list[float]]] = {}
 JDBC_DRIVER = "org.postgresql:postgresql:42.7.5"
 SCHEMA_DDL = "id long, payload string, value double"
 
@@ -85,6 +93,26 @@ def plain_writer(dsn: str, table: str) -> Callable[[Any, int], None]:
     return write
 
 
+def copy_csv_writer(dsn: str, table: str) -> Callable[[Any, int], None]:
+    def write(df: Any, batch_id: int) -> None:
+        def copy(rows: Iterator[Any]) -> None:
+            import csv
+            import io
+
+            import psycopg2
+
+            buffer = io.StringIO()
+            csv.writer(buffer).writerows(tuple(r) for r in rows)
+            buffer.seek(0)
+            with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+                cur.copy_expert(f'COPY "{table}" (id, payload, value) FROM STDIN '
+                                "WITH (FORMAT csv)", buffer)
+
+        df.foreachPartition(copy)
+
+    return write
+
+
 def spark_jdbc_writer(dsn: str, table: str) -> Callable[[Any, int], None]:
     from psycopg2.extensions import parse_dsn
 
@@ -121,7 +149,8 @@ def table_ids(dsn: str, table: str) -> tuple[int, int]:
         return int(total), int(distinct)
 
 
-def run_mode(spark: Any, mode: str, dsn: str, input_dir: str, work: str, run: int) -> float:
+def run_mode(spark: Any, mode: str, dsn: str, input_dir: str, work: str, run: int,
+             partitions: int = 0) -> float:
     from sparkeos import at_least_once, exactly_once
     from sparkeos.connectors.jdbc import PostgresSink
 
@@ -133,18 +162,53 @@ def run_mode(spark: Any, mode: str, dsn: str, input_dir: str, work: str, run: in
     elif mode == "upsert":
         fn = at_least_once(PostgresSink(dsn=dsn, table=table, mode="upsert", key=["id"]),
                            name=f"bench-{mode}")
+    elif mode == "copy":
+        fn = at_least_once(PostgresSink(dsn=dsn, table=table), name=f"bench-{mode}")
+    elif mode == "copy_csv":
+        fn = copy_csv_writer(dsn, table)
     elif mode == "plain":
         fn = plain_writer(dsn, table)
     else:
         fn = spark_jdbc_writer(dsn, table)
     df = (spark.readStream.schema(SCHEMA_DDL).option("maxFilesPerTrigger", 1)
           .parquet(input_dir))
+    if partitions:
+        df = df.repartition(partitions)
     started = time.perf_counter()
     query = (df.writeStream.foreachBatch(fn)
              .option("checkpointLocation", os.path.join(work, f"ckpt-{mode}-{run}"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    if run >= 0:
+        ADD_BATCH.setdefault(mode, []).append(
+            [float(p.durationMs.get("addBatch", 0)) for p in query.recentProgress
+             if p.numInputRows])
+    if run >= 0 and hasattr(fn, "metrics"):
+        SINK_METRICS.setdefault(mode, []).extend(
+            m for m in fn.metrics if m.rows)
+    return seconds
+
+
+def print_breakdown() -> None:
+    """Spark's addBatch (first batch of a run, then the rest) and the sparkeos
+    adapter's own split of each batch, medians."""
+    print("per-batch medians (ms):")
+    for mode, runs in ADD_BATCH.items():
+        first = statistics.median([r[0] for r in runs if r])
+        rest = [v for r in runs for v in r[1:]]
+        print(f"  {mode:<13} addBatch: first batch {first:.0f}, later batches "
+              f"{statistics.median(rest) if rest else 0:.0f}")
+    for mode, metrics in SINK_METRICS.items():
+        def med(values: list[float]) -> float:
+            return statistics.median(values) if values else 0.0
+
+        other = med([m.total_ms - m.prepare_ms - m.decide_ms - m.commit_ms for m in metrics])
+        print(f"  {mode:<13} per batch (ms): total {med([m.total_ms for m in metrics]):.0f} = "
+              f"phase 1 job {med([m.prepare_ms for m in metrics]):.0f} + decide "
+              f"{med([m.decide_ms for m in metrics]):.0f} + commit "
+              f"{med([m.commit_ms for m in metrics]):.0f} + other {other:.0f}; participants "
+              f"{med([m.partitions for m in metrics]):.0f}")
 
 
 def main() -> int:
@@ -154,6 +218,8 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--partitions", type=int, default=0,
+                        help="repartition(n) the source in every mode (0: the source's own)")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
 
@@ -166,15 +232,15 @@ def main() -> int:
     input_dir = os.path.join(work, "input")
     total = generate_input(input_dir, args.batches, args.rows_per_batch)
     warm = os.path.join(work, "warm")
-    generate_input(warm, 1, 1000)
-    for mode in modes:  # warm up Spark, workers and connections once per mode
-        run_mode(spark, mode, dsn, warm, work, -1)
+    generate_input(warm, 1, args.rows_per_batch)
+    for mode in modes:  # warm up Spark (the same plan, at full size), workers, connections
+        run_mode(spark, mode, dsn, warm, work, -1, args.partitions)
 
     times: dict[str, list[float]] = {m: [] for m in modes}
     for rnd in range(args.repeats):
         order = modes[rnd % len(modes):] + modes[:rnd % len(modes)]
         for mode in order:
-            seconds = run_mode(spark, mode, dsn, input_dir, work, rnd)
+            seconds = run_mode(spark, mode, dsn, input_dir, work, rnd, args.partitions)
             rows, distinct = table_ids(dsn, f"bench_{mode}")
             if rows != total or distinct != total:
                 print(f"{mode}: table holds {rows} rows ({distinct} distinct), expected {total}")
@@ -182,17 +248,21 @@ def main() -> int:
             times[mode].append(seconds)
 
     print(f"\nrows: {args.batches} batches x {args.rows_per_batch} = {total}, "
-          f"repeats: {args.repeats} (median)")
+          f"partitions {args.partitions or 'source'}, repeats: {args.repeats} (median)")
     print(f"{'mode':<14}{'seconds':>10}{'rows/s':>12}")
     for mode in modes:
         median = statistics.median(times[mode])
         print(f"{mode:<14}{median:>10.2f}{total / median:>12,.0f}")
-    if "exactly_once" in times and "spark_jdbc" in times:
-        ratio = statistics.median(times["exactly_once"]) / statistics.median(times["spark_jdbc"])
-        print(f"ratio exactly_once/spark_jdbc: {ratio:.2f}")
-    if "exactly_once" in times and "plain" in times:
-        ratio = statistics.median(times["exactly_once"]) / statistics.median(times["plain"])
-        print(f"ratio exactly_once/plain: {ratio:.2f}")
+    print_breakdown()
+    medians = {mode: statistics.median(times[mode]) for mode in modes}
+    if "exactly_once" in medians and "spark_jdbc" in medians:
+        print(f"ratio exactly_once/spark_jdbc: "
+              f"{medians['exactly_once'] / medians['spark_jdbc']:.2f}")
+    plain = [m for m in PLAIN_MODES if m in medians]
+    if "exactly_once" in medians and plain:
+        fastest = min(plain, key=lambda m: medians[m])
+        print(f"fastest plain write: {fastest}")
+        print(f"ratio exactly_once/plain: {medians['exactly_once'] / medians[fastest]:.2f}")
     spark.stop()
     return 0
 
