@@ -310,7 +310,8 @@ class Coordinator:
         log_event("batch.done", **self._fields(batch_id), outcome=metrics.outcome,
                   run=metrics.run, rows=metrics.rows, partitions=metrics.partitions,
                   prepare_ms=metrics.prepare_ms, decide_ms=metrics.decide_ms,
-                  commit_ms=metrics.commit_ms, total_ms=metrics.total_ms)
+                  commit_ms=metrics.commit_ms, total_ms=metrics.total_ms,
+                  **({"recover_ms": metrics.recover_ms} if metrics.recovered else {}))
         return metrics
 
     def recover(self, runner: Runners | None = None, *,
@@ -351,7 +352,9 @@ class Coordinator:
     def _run_exactly_once(self, batch_id: int, runners: dict[str, BatchRunner],
                           m: BatchMetrics) -> None:
         log = self._require_log()
+        t_recover = time.perf_counter()
         m.recovered = self.recover(runners)
+        m.recover_ms = _ms(t_recover)
         states = self._load_states()
         state = states.get(batch_id)
         if state is not None and (state.finished is not None or state.decided is not None):

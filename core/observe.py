@@ -65,6 +65,8 @@ class BatchMetrics:
     decide_ms: float = 0.0
     commit_ms: float = 0.0
     total_ms: float = 0.0
+    recover_ms: float = 0.0
+    """Time spent finishing earlier batches (``recovered``) before this one."""
     recovered: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,0 +1,109 @@
+"""Every benchmark, one table: ``./run bench all``.
+
+Runs each bench under ``bench/`` as its own process (one at a time: the machine's
+cores go to one Spark job), keeps its output in ``--log-dir`` and prints one table:
+what was measured, the figure, the target, and whether the target is met. A bench
+that fails (its exit status, e.g. a count that is not exactly the input) shows
+``FAILED`` and makes the exit status 1.
+
+``--quick`` runs smaller inputs (for a smoke check of the benches, not for figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    script: str
+    args: tuple[str, ...]
+    pattern: str  # the figure: first group of the last matching line
+    target: float
+    unit: str = ""
+
+
+def cases(quick: bool) -> list[Case]:
+    rows = "20000" if quick else "100000"
+    file_args = ("--rows-per-batch", rows, "--batches", "3", "--repeats", "1" if quick else "3")
+    ratio = r"ratio exactly_once/plain: ([0-9.]+)"
+    found = []
+    for fmt in ("parquet", "jsonl"):
+        for partitions in ("2", "20", "200"):
+            found.append(Case(f"file {fmt}, {partitions} partitions, vs fastest plain",
+                              "file_sink.py", (*file_args, "--format", fmt, "--partitions",
+                                               partitions), ratio, 1.1))
+    found.append(Case("postgres, 200 partitions, vs plain COPY", "jdbc_sink.py",
+                      ("--rows-per-batch", rows, "--batches", "3", "--repeats",
+                       "1" if quick else "3", "--partitions", "200",
+                       "--modes", "exactly_once,copy"), ratio, 1.1))
+    kafka = ("--records", "200000" if quick else "1000000", "--repeats",
+             "1" if quick else "3", "--modes", "staged,plain,spark")
+    found.append(Case("kafka staged vs plain producer", "kafka_sink.py", kafka, ratio, 1.3))
+    found.append(Case("kafka staged vs Spark's Kafka sink", "kafka_sink.py", kafka,
+                      r"ratio exactly_once/spark: ([0-9.]+)", 0.8))
+    found.append(Case("per-batch overhead, tiny batches", "overhead.py",
+                      ("--batches", "20" if quick else "40"),
+                      r"overhead per batch: ([0-9.-]+) ms", 25, " ms"))
+    for sink in ("file", "postgres", "kafka"):
+        found.append(Case(f"recovery of a decided batch, {sink}", "recovery.py",
+                          ("--sink", sink, "--rows-per-batch", "20000" if quick else "50000"),
+                          r"recovery of the decided batch: ([0-9.]+) ms", 5000, " ms"))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default="", help="run cases whose label contains this")
+    parser.add_argument("--log-dir", default=None)
+    args = parser.parse_args(argv)
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="sparkeos-bench-all-")
+    os.makedirs(log_dir, exist_ok=True)
+    outputs: dict[tuple[str, tuple[str, ...]], tuple[int, str]] = {}
+    rows: list[tuple[str, str, str, str]] = []
+    failed = False
+    for case in cases(args.quick):
+        if args.only and args.only not in case.label:
+            continue
+        key = (case.script, case.args)
+        if key not in outputs:  # one run of a bench can give several figures
+            started = time.time()
+            print(f"[bench all] {case.script} {' '.join(case.args)}", flush=True)
+            proc = subprocess.run([sys.executable, os.path.join(BENCH, case.script),
+                                   *case.args], capture_output=True, text=True)
+            name = re.sub(r"[^A-Za-z0-9]+", "-", f"{case.script}-{'-'.join(case.args)}")
+            with open(os.path.join(log_dir, name + ".log"), "w") as fh:
+                fh.write(proc.stdout + proc.stderr)
+            outputs[key] = (proc.returncode, proc.stdout)
+            print(f"[bench all]   exit {proc.returncode} in {time.time() - started:.0f} s",
+                  flush=True)
+        code, out = outputs[key]
+        matches = re.findall(case.pattern, out)
+        if code != 0 or not matches:
+            rows.append((case.label, "FAILED", f"<= {case.target:g}{case.unit}", "no"))
+            failed = True
+            continue
+        figure = float(matches[-1])
+        rows.append((case.label, f"{figure:g}{case.unit}", f"<= {case.target:g}{case.unit}",
+                     "yes" if figure <= case.target else "NO"))
+    width = max(len(r[0]) for r in rows) if rows else 10
+    print(f"\n{'benchmark':<{width}}  {'figure':>10}  {'target':>11}  met")
+    for label, figure, target, met in rows:
+        print(f"{label:<{width}}  {figure:>10}  {target:>11}  {met}")
+    print(f"(logs: {log_dir})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
