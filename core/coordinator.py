@@ -311,7 +311,7 @@ class Coordinator:
                   run=metrics.run, rows=metrics.rows, partitions=metrics.partitions,
                   prepare_ms=metrics.prepare_ms, decide_ms=metrics.decide_ms,
                   commit_ms=metrics.commit_ms, total_ms=metrics.total_ms,
-                  **({"recover_ms": metrics.recover_ms} if metrics.recovered else {}))
+                  recover_ms=metrics.recover_ms)
         return metrics
 
     def recover(self, runner: Runners | None = None, *,
