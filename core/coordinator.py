@@ -75,7 +75,11 @@ TaskFunction = Callable[[TaskAttempt, Iterator[pa.RecordBatch]], TaskResult]
 class BatchRunner(Protocol):
     """How the coordinator reaches the data of one micro-batch."""
 
-    def partitions(self) -> int: ...
+    def partitions(self) -> int:
+        """An upper bound of the partitions ``run_tasks`` runs, known before it runs:
+        they are numbered ``0 .. k-1`` with ``k`` at most this. Every transaction ID of
+        the batch derives from it, so it goes on record before any task writes."""
+        ...
 
     def arrow_schema(self) -> pa.Schema: ...
 
@@ -409,7 +413,8 @@ class Coordinator:
                     results += runners[member].run_tasks(PrepareTask(
                         part, self.pool, batch_id, run, count, self.config.task_attempts,
                         self.faults, offset, member))
-            participants = self._check_results(batch_id, partitions, results)
+            participants = self._check_results(batch_id, layout, results)
+            m.partitions = len(participants)
             for member, part in self.members.items():
                 part.before_decision(batch_id, [p["receipt"] for p in participants
                                                 if p.get("member", SINGLE) == member])
@@ -488,19 +493,26 @@ class Coordinator:
         return layout
 
     def _check_results(
-        self, batch_id: int, partitions: int, results: list[TaskResult]
+        self, batch_id: int, layout: Mapping[str, tuple[int, int]], results: list[TaskResult]
     ) -> list[dict[str, Any]]:
+        """The participants, in partition order. A member planned for ``count``
+        partitions may have run fewer (the plan is an upper bound), always the first
+        ones: a gap, a duplicate or a partition outside the plan is a bug."""
         by_partition = {int(r["partition"]): r for r in results}
-        missing = sorted(set(range(partitions)) - set(by_partition))
-        if missing or len(by_partition) != len(results):
+        expected: list[int] = []
+        for offset, count in layout.values():
+            ran = sum(1 for p in by_partition if offset <= p < offset + count)
+            expected += range(offset, offset + ran)
+        if sorted(by_partition) != expected or len(by_partition) != len(results):
             raise CommitLogError(
-                f"phase 1 returned results for partitions {sorted(by_partition)} but the "
-                f"batch has {partitions} (missing {missing})",
+                f"phase 1 returned results for partitions {sorted(by_partition)} "
+                f"({len(results)} results) but the plan {dict(layout)} calls for "
+                f"{expected}",
                 sink=self.name, batch_id=batch_id,
                 fix="this is a bug in the batch runner; please report it",
             )
         participants = []
-        for p in range(partitions):
+        for p in expected:
             result = by_partition[p]
             entry = {"partition": p, "tag": int(result["tag"]), "attempt": result["attempt"],
                      "rows": result["rows"], "receipt": result["receipt"]}

@@ -66,23 +66,21 @@ class SparkBatchRunner:
     def __init__(self, df: Any, cluster_by: Sequence[str] = (),
                  writers: int | None = None, columns: Sequence[str] = ()) -> None:
         self._schema_df = df
-        partitions = int(df.rdd.getNumPartitions())
         limit = writers or max(1, int(df.sparkSession.sparkContext.defaultParallelism))
         if cluster_by and set(cluster_by) <= set(df.columns):  # else the sink refuses
             # Rows with equal keys in one partition: hash partitioning is a function of
             # the key, so every task attempt of a partition sees the same rows.
-            if partitions:
-                partitions = min(partitions, limit)
-                df = df.repartition(partitions, *cluster_by)
-        elif partitions > limit:
+            df = df.repartition(limit, *cluster_by)
+        else:
             # Each partition is a participant with fixed costs (a transaction, a staged
             # file, a producer): a 200-partition batch is written by ``limit`` of them.
             # coalesce groups parent partitions without a shuffle, fixed for the job, so
-            # every attempt of a participant sees the same rows.
+            # every attempt of a participant sees the same rows; a batch with fewer
+            # partitions keeps them. ``limit`` is an upper bound known without planning
+            # the batch (``df.rdd.getNumPartitions()`` costs a query planning).
             df = df.coalesce(limit)
-            partitions = limit
         self._df = df.selectExpr(*columns) if columns else df
-        self._partitions = partitions
+        self._partitions = limit
 
     def partitions(self) -> int:
         return self._partitions

@@ -288,3 +288,39 @@ def test_a_destination_is_pinned_only_once_a_batch_is_decided(tmp_path):
     assert read_output(right).column("id").to_pylist() == [1]
     with pytest.raises(TransactionIdCollisionError, match="another identity"):
         ForeachBatchAdapter(FileSink(other), config)._claim_log(log, "q")
+
+
+class _BoundedRunner(ListRunner):
+    """Plans an upper bound of partitions, as the Spark runner's coalesce does."""
+
+    def __init__(self, partitions: list[list[int]], bound: int,
+                 ran: list[int] | None = None) -> None:
+        super().__init__(partitions)
+        self.bound, self.ran = bound, ran
+
+    def partitions(self) -> int:
+        return self.bound
+
+    def run_tasks(self, task):  # type: ignore[no-untyped-def]
+        results = super().run_tasks(task)
+        return results if self.ran is None else [results[i] for i in self.ran]
+
+
+def test_fewer_partitions_than_planned_commit_the_ones_that_ran(tmp_path):
+    system, log = MemorySystem(), CommitLog(LocalStore(str(tmp_path)))
+    coord = coordinator(system, log)
+    metrics = coord.run_batch(0, _BoundedRunner([[1, 2], [3]], bound=4))
+    assert sorted(system.visible) == [1, 2, 3] and metrics.partitions == 2
+    state = log.batches()[0]
+    assert state.begun[0]["partitions"] == 4  # every ID that may exist is on record
+    assert [p["partition"] for p in state.decided["participants"]] == [0, 1]
+
+
+def test_a_gap_in_the_partitions_that_ran_aborts_the_batch(tmp_path):
+    system, log = MemorySystem(), CommitLog(LocalStore(str(tmp_path)))
+    coord = coordinator(system, log)
+    with pytest.raises(TransactionAbortedError, match="calls for"):
+        coord.run_batch(0, _BoundedRunner([[1], [2], [3]], bound=4, ran=[0, 2]))
+    assert system.visible == [] and not system.prepared
+    coord.run_batch(0, _BoundedRunner([[1], [2], [3]], bound=4))
+    assert sorted(system.visible) == [1, 2, 3]
