@@ -825,15 +825,18 @@ def read_topic(bootstrap_servers: str, topic: str, *, isolation: str = "read_com
     ``read_committed`` consumer sees it now; for tests and checks."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    consumer = Consumer({
-        **clients.common_config(config or {}),
-        "bootstrap.servers": bootstrap_servers,
-        "group.id": f"sparkeos-read-{os.getpid()}-{time.monotonic_ns()}",
-        "enable.auto.commit": False,
-        "isolation.level": isolation,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": True,
-    })
+    def consumer_for(level: str) -> Any:
+        return Consumer({
+            **clients.common_config(config or {}),
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"sparkeos-read-{os.getpid()}-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "isolation.level": level,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        })
+
+    consumer = consumer_for(isolation)
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)
         info = metadata.topics.get(topic)
@@ -841,16 +844,28 @@ def read_topic(bootstrap_servers: str, topic: str, *, isolation: str = "read_com
             return []
         partitions = sorted(info.partitions)
         ends = {}
-        for p in partitions:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                        timeout=timeout_s)
-            ends[p] = high
+        # The high watermark, not a read_committed consumer's end (the last stable
+        # offset), which lags a transaction that just committed.
+        watermarks = consumer_for("read_uncommitted")
+        try:
+            for p in partitions:
+                _low, high = watermarks.get_watermark_offsets(TopicPartition(topic, p),
+                                                              timeout=timeout_s)
+                ends[p] = high
+        finally:
+            watermarks.close()
         pending = {p for p in partitions if ends[p] > 0}
         if not pending:
             return []
         consumer.assign([TopicPartition(topic, p, 0) for p in pending])
         out: list[Any] = []
         deadline = time.monotonic() + timeout_s
+        # commit_transaction returns once the coordinator logged the commit; the markers
+        # reach the partitions just after, and until then a read_committed consumer
+        # stops short of them. An end below the high watermark is accepted only after
+        # it stayed put for a while (an open transaction of another producer).
+        settle_s = min(timeout_s, 5.0)
+        short_since: dict[int, float] = {}
         while pending and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
             if msg is None:
@@ -858,9 +873,15 @@ def read_topic(bootstrap_servers: str, topic: str, *, isolation: str = "read_com
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
+                    p, end = msg.partition(), msg.offset() or 0
+                    now = time.monotonic()
+                    if end >= ends[p] or now - short_since.setdefault(p, now) >= settle_s:
+                        pending.discard(p)
+                    else:
+                        consumer.seek(TopicPartition(topic, p, end))  # ask again
                     continue
                 raise RuntimeError(f"reading {topic}: {err}")
+            short_since.pop(msg.partition(), None)
             out.append(msg)
             if (msg.offset() or 0) + 1 >= ends[msg.partition()]:
                 pending.discard(msg.partition())
