@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                                       for m in metrics)
             print(f"exactly_once adapter per batch (ms): protocol {med('total_ms'):.1f} = "
                   f"phase 1 job {med('prepare_ms'):.1f} + decide {med('decide_ms'):.1f} + "
-                  f"commit {med('commit_ms'):.1f} + other {other:.1f}; outside the "
-                  f"protocol (planning, lease, runner) "
+                  f"commit {med('commit_ms'):.1f} + other {other:.1f}; the rest of "
+                  f"addBatch (Spark's call into Python, as for plain) "
                   f"{medians['exactly_once'] - med('total_ms'):.1f}")
         print(f"rows per batch {args.rows}, batches {args.batches}, master {args.master}")
         print(f"overhead per batch: {medians['exactly_once'] - medians['plain']:.1f} ms "

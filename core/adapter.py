@@ -19,7 +19,12 @@ from .faults import FaultPlan
 from .group import SinkGroup
 from .observe import BatchMetrics
 from .protocol import TransactionalSink
-from .spark import SparkBatchRunner, require_durable_checkpoint, running_query
+from .spark import (
+    SparkBatchRunner,
+    query_checkpoint,
+    require_durable_checkpoint,
+    running_query,
+)
 from .txpool import query_key_for
 
 MetricsCallback = Callable[[BatchMetrics], None]
@@ -97,7 +102,7 @@ class ForeachBatchAdapter:
             self.on_batch(metrics)
 
     def _coordinator_for(self, df: Any) -> Coordinator:
-        query_id, run_id, checkpoint = running_query(df)
+        query_id, run_id = running_query(df)
         if self._coordinator is not None and (query_id, run_id) == self._run_key:
             return self._coordinator
         # A new query run (or the first batch): rebuild and recover from the log.
@@ -108,7 +113,7 @@ class ForeachBatchAdapter:
             self._coordinator = Coordinator(self.sink, self.config, None, key, faults)
             return self._coordinator
         location = require_durable_checkpoint(
-            self.config.checkpoint_location or checkpoint, self.name
+            self.config.checkpoint_location or query_checkpoint(df, query_id), self.name
         )
         identity = query_id or f"checkpoint:{location}"
         log = CommitLog(open_store(sink_log_location(location, self.name), df.sparkSession))

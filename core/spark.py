@@ -125,19 +125,22 @@ class SparkBatchRunner:
         self._df.write.format("noop").mode("overwrite").save()
 
 
-def running_query(df: Any) -> tuple[str | None, str | None, str | None]:
-    """(query id, run id, resolved checkpoint root) of the query running this foreachBatch.
-
-    Spark sets the query ID and the run's job group as local properties of the thread
-    that calls foreachBatch; the query's checkpoint root is read from the JVM. Each may
-    be None when the function runs outside a streaming query.
-    """
-    session = df.sparkSession
-    query_id = session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+def running_query(df: Any) -> tuple[str | None, str | None]:
+    """(query id, run id) of the query running this foreachBatch: Spark sets both as
+    local properties of the thread that calls foreachBatch. None outside a query."""
+    context = df.sparkSession.sparkContext
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
     if not query_id:
-        return None, None, None
-    run_id = session.sparkContext.getLocalProperty(RUN_ID_PROPERTY)
-    jvm = session.sparkContext._jvm
+        return None, None
+    return query_id, context.getLocalProperty(RUN_ID_PROPERTY)
+
+
+def query_checkpoint(df: Any, query_id: str | None) -> str | None:
+    """The resolved checkpoint root of the running query ``query_id``, read from the
+    JVM (a few py4j round trips: once per query run, not per batch)."""
+    if not query_id:
+        return None
+    jvm = df.sparkSession.sparkContext._jvm
     for cls in ("org.apache.spark.sql.classic.SparkSession", "org.apache.spark.sql.SparkSession"):
         try:
             holder = jvm
@@ -148,11 +151,10 @@ def running_query(df: Any) -> tuple[str | None, str | None, str | None]:
                 continue
             query = default.get().streams().get(query_id)
             if query is not None:
-                return (query_id, run_id,
-                        str(query.streamingQuery().resolvedCheckpointRoot()))
+                return str(query.streamingQuery().resolvedCheckpointRoot())
         except Exception:
             continue
-    return query_id, run_id, None
+    return None
 
 
 def is_temporary_checkpoint(location: str) -> bool:
