@@ -79,6 +79,22 @@ class ForeachBatchAdapter:
         self._token = uuid.uuid4().hex
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark Connect cloudpickles the foreachBatch function to a server-side Python
+        # process: ship the configuration, not the lock, the open commit log or the
+        # coordinator of this process (it is rebuilt, with recovery, on the first batch).
+        state = dict(self.__dict__)
+        for transient in ("_lock", "_coordinator", "_run_key"):
+            state.pop(transient, None)
+        state["_lease_renewed"] = 0.0
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._coordinator = None
+        self._run_key = None
+
     @property
     def name(self) -> str:
         return self.config.name
