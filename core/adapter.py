@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .commitlog import IDENTITY_PINNED, CommitLog, open_store, sink_log_location
+from .commitlog import IDENTITY_PINNED, CommitLog, is_local_uri, open_store, sink_log_location
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
 from .errors import ConfigurationError, TransactionIdCollisionError
@@ -21,6 +21,8 @@ from .observe import BatchMetrics
 from .protocol import TransactionalSink
 from .spark import (
     SparkBatchRunner,
+    checkpoint_query_id,
+    is_connect,
     query_checkpoint,
     require_durable_checkpoint,
     running_query,
@@ -128,11 +130,29 @@ class ForeachBatchAdapter:
             key = query_key_for(query_id or f"adhoc:{self.name}")
             self._coordinator = Coordinator(self.sink, self.config, None, key, faults)
             return self._coordinator
+        connect = is_connect(df)
+        if connect and self.config.checkpoint_location is None:
+            raise ConfigurationError(
+                "under Spark Connect the foreachBatch function cannot see the query's "
+                "checkpointLocation (it runs in a server-side Python process)",
+                sink=self.name,
+                fix="pass the same path to exactly_once(..., checkpoint_location=...) "
+                "as to .option('checkpointLocation', ...); nothing was written")
         location = require_durable_checkpoint(
             self.config.checkpoint_location or query_checkpoint(df, query_id), self.name
         )
-        identity = query_id or f"checkpoint:{location}"
-        log = CommitLog(open_store(sink_log_location(location, self.name), df.sparkSession))
+        # The ID Spark keeps in the checkpoint is the one a running query reports: the
+        # same query key in classic and Connect mode.
+        identity = query_id or checkpoint_query_id(location) or f"checkpoint:{location}"
+        log_location = sink_log_location(location, self.name)
+        if connect and not is_local_uri(log_location):
+            raise ConfigurationError(
+                f"under Spark Connect the commit log must be on a local or mounted path "
+                f"for now, not {log_location}",
+                sink=self.name,
+                fix="give checkpoint_location= a path every driver restart sees (a "
+                "mounted volume), or run the query in classic PySpark")
+        log = CommitLog(open_store(log_location, None if connect else df.sparkSession))
         claim_sink_name(run_id or identity, log.location, self._token, self.name)
         key = self._claim_log(log, identity)
         self._coordinator = Coordinator(self.sink, self.config, log, key, faults)

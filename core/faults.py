@@ -56,6 +56,11 @@ TASK_POINTS = (
 ALL_POINTS = DRIVER_POINTS + TASK_POINTS
 SPECULATION_POINTS = ("speculate_copy_wins", "speculate_original_wins")
 BARRIER_ENV = "SPARKEOS_FAULT_DIR"
+KILL_GROUP_ENV = "SPARKEOS_FAULT_KILL_GROUP"
+"""A process group to kill for a driver crash. Under Spark Connect the foreachBatch
+function runs in a Python process of the server, not in the driver: the test job
+names its own group (client, Connect server and workers), so a driver crash kills
+all of it, as a power cut would."""
 BARRIER_WAIT_S = 300.0
 """How long an attempt waits for the other attempt's signal. Only a cluster that never
 launches the speculative copy waits this long; the test then fails on its check that
@@ -86,6 +91,9 @@ class FaultPlan:
     """Raise InjectedCrash / InjectedTaskFailure instead of killing processes."""
     barrier_dir: str = ""
     """Where speculation scenarios leave their signal files."""
+    kill_group: int = 0
+    """Kill this process group for a driver crash (see ``KILL_GROUP_ENV``); 0: the
+    driver process itself."""
 
     @classmethod
     def from_env(cls) -> FaultPlan:
@@ -100,7 +108,15 @@ class FaultPlan:
         if point in SPECULATION_POINTS and not barrier:
             raise ValueError(f"{ENV_VAR}={spec!r} needs {BARRIER_ENV} (a directory every "
                              "executor can reach) for its signal files")
-        return cls(point, int(batch) if batch else None, os.getpid(), barrier_dir=barrier)
+        group = os.environ.get(KILL_GROUP_ENV, "")
+        return cls(point, int(batch) if batch else None, os.getpid(), barrier_dir=barrier,
+                   kill_group=int(group) if group.isdigit() else 0)
+
+    def kill_driver(self) -> None:
+        if self.kill_group:
+            os.killpg(self.kill_group, signal.SIGKILL)
+            time.sleep(60)  # killed with the group
+        os._exit(CRASH_EXIT_CODE)
 
     def _matches(self, point: str, batch_id: int) -> bool:
         return self.point == point and (self.batch_id is None or self.batch_id == batch_id)
@@ -111,7 +127,7 @@ class FaultPlan:
                 raise InjectedCrash(f"{point}@{batch_id}")
             print(f"sparkeos fault injection: driver crash at {point} batch {batch_id}",
                   file=sys.stderr, flush=True)
-            os._exit(CRASH_EXIT_CODE)
+            self.kill_driver()
 
     def task(self, point: str, batch_id: int, partition: int, attempt_number: int) -> None:
         if partition != 0 or attempt_number != 0 or not self._matches(point, batch_id):
@@ -121,6 +137,8 @@ class FaultPlan:
                 raise InjectedCrash(f"{point}@{batch_id}")
             raise InjectedTaskFailure(f"{point}@{batch_id}")
         if point in DRIVER_KILLING_TASK_POINTS:
+            if self.kill_group:
+                self.kill_driver()
             os.kill(self.driver_pid, signal.SIGKILL)
             time.sleep(60)  # the JVM dies with the driver and takes this worker along
         os._exit(CRASH_EXIT_CODE)

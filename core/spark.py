@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import sys
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -17,6 +20,42 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 RUN_ID_PROPERTY = "spark.jobGroup.id"
 """Spark runs every job of a streaming query run in a job group named by its run ID."""
 _RESULT_SCHEMA = "partition long, result string"
+
+
+def is_connect(obj: Any) -> bool:
+    """True for a Spark Connect DataFrame or session: no ``rdd``, ``SparkContext`` or
+    JVM there, only the DataFrame API (``foreachBatch`` runs the function in a
+    server-side Python process)."""
+    return type(obj).__module__.startswith("pyspark.sql.connect")
+
+
+def default_writers(session: Any) -> int:
+    """The cores the query's executors have: Spark's ``defaultParallelism``. Spark
+    Connect has no ``SparkContext``: its configuration answers (the default
+    parallelism if set, else the cores of a ``local[N]`` master or of the configured
+    executors), else 2; set ``writers=`` where that is wrong."""
+    if not is_connect(session):
+        return max(1, int(session.sparkContext.defaultParallelism))
+
+    def conf(key: str) -> str | None:
+        try:
+            value = session.conf.get(key, None)
+        except Exception:  # an unknown key on an old server
+            return None
+        return str(value) if value not in (None, "") else None
+
+    explicit = conf("spark.default.parallelism")
+    if explicit and explicit.isdigit():
+        return max(1, int(explicit))
+    master = conf("spark.master") or ""
+    local = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if local:
+        cores = local.group(1)
+        return (os.cpu_count() or 1) if cores == "*" else int(cores or 1)
+    instances, cores = conf("spark.executor.instances"), conf("spark.executor.cores")
+    if instances and cores and instances.isdigit() and cores.isdigit():
+        return max(1, int(instances) * int(cores))
+    return 2
 
 
 def ensure_python_workers() -> None:
@@ -66,7 +105,7 @@ class SparkBatchRunner:
     def __init__(self, df: Any, cluster_by: Sequence[str] = (),
                  writers: int | None = None, columns: Sequence[str] = ()) -> None:
         self._schema_df = df
-        limit = writers or max(1, int(df.sparkSession.sparkContext.defaultParallelism))
+        limit = writers or default_writers(df.sparkSession)
         if cluster_by and set(cluster_by) <= set(df.columns):  # else the sink refuses
             # Rows with equal keys in one partition: hash partitioning is a function of
             # the key, so every task attempt of a partition sees the same rows.
@@ -96,7 +135,10 @@ class SparkBatchRunner:
             return to_arrow_schema(self._schema_df.schema)
 
     def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
-        app_id = self._df.sparkSession.sparkContext.applicationId
+        # Attempt tokens must differ across applications (stage and task IDs restart).
+        session = self._df.sparkSession
+        app_id = (uuid.uuid4().hex if is_connect(session)
+                  else session.sparkContext.applicationId)
 
         def run_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
@@ -116,8 +158,24 @@ class SparkBatchRunner:
         return [json.loads(row["result"]) for row in rows]
 
     def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        sc = self._df.sparkSession.sparkContext
-        return list(sc.parallelize(list(items), len(items)).map(fn).collect())
+        session = self._df.sparkSession
+        if not is_connect(session):
+            sc = session.sparkContext
+            return list(sc.parallelize(list(items), len(items)).map(fn).collect())
+        # No parallelize under Connect: one task per item over a range, the item taken
+        # from the function's own copy of the list.
+        work = list(items)
+
+        def run_range(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                for index in batch.column(0).to_pylist():
+                    yield pa.RecordBatch.from_pydict(
+                        {"index": [index], "result": [pickle.dumps(fn(work[index]))]},
+                        schema=pa.schema([("index", pa.int64()), ("result", pa.binary())]))
+
+        rows = (session.range(0, len(work), 1, len(work))
+                .mapInArrow(run_range, "index long, result binary").collect())
+        return [pickle.loads(row["result"]) for row in sorted(rows, key=lambda r: r["index"])]
 
     def run_without_output(self) -> None:
         # Spark checks that every state store of a stateful query committed for each
@@ -128,6 +186,8 @@ class SparkBatchRunner:
 def running_query(df: Any) -> tuple[str | None, str | None]:
     """(query id, run id) of the query running this foreachBatch: Spark sets both as
     local properties of the thread that calls foreachBatch. None outside a query."""
+    if is_connect(df):
+        return None, None  # no local properties there; see query_identity()
     context = df.sparkSession.sparkContext
     query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
     if not query_id:
@@ -138,7 +198,7 @@ def running_query(df: Any) -> tuple[str | None, str | None]:
 def query_checkpoint(df: Any, query_id: str | None) -> str | None:
     """The resolved checkpoint root of the running query ``query_id``, read from the
     JVM (a few py4j round trips: once per query run, not per batch)."""
-    if not query_id:
+    if not query_id or is_connect(df):
         return None
     jvm = df.sparkSession.sparkContext._jvm
     for cls in ("org.apache.spark.sql.classic.SparkSession", "org.apache.spark.sql.SparkSession"):
@@ -155,6 +215,47 @@ def query_checkpoint(df: Any, query_id: str | None) -> str | None:
         except Exception:
             continue
     return None
+
+
+def checkpoint_query_id(location: str) -> str | None:
+    """The query ID Spark keeps in ``<checkpoint>/metadata`` (``{"id": ...}``), the
+    same ID a running query reports; None before the query first started there or on
+    a non-local file system."""
+    from .commitlog import is_local_uri, local_path
+
+    if not is_local_uri(location):
+        return None
+    try:
+        with open(os.path.join(local_path(location), "metadata")) as fh:
+            value = json.loads(fh.readline()).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(value) if value else None
+
+
+def connect_session(app_name: str = "sparkeos", master: str = "local[2]",
+                    conf: dict[str, str] | None = None) -> Any:
+    """A Spark Connect session: ``sc://host:port`` reaches a running Connect server;
+    ``local[N]`` starts one on this machine (pyspark ships it; ``sparkeos[connect]``
+    brings the client's gRPC packages), with the defaults of ``local_session``."""
+    ensure_python_workers()
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.remote(master).appName(app_name)
+    if not master.startswith("sc://"):
+        settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                    "spark.sql.shuffle.partitions": "2",
+                    "spark.sql.streaming.stopGracefullyOnShutdown": "false",
+                    "spark.driver.memory": "2g", **(conf or {})}
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+    import warnings
+
+    with warnings.catch_warnings():
+        # The local server starts with every setting; the client then also tries them
+        # as runtime settings and warns about the static ones.
+        warnings.filterwarnings("ignore", message="Failed to set", category=UserWarning)
+        return builder.getOrCreate()
 
 
 def is_temporary_checkpoint(location: str) -> bool:

@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=500, help="rows per batch")
     parser.add_argument("--crashes", type=int, default=4, help="driver kills per query")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--connect", action="store_true",
+                        help="run the queries through Spark Connect (a local Connect "
+                        "server; needs sparkeos[connect])")
     parser.add_argument("--skip-plain", action="store_true",
                         help="do not run the plain foreachBatch comparison")
     args = parser.parse_args(argv)
@@ -96,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     say(f"sparkeos demo: {args.batches} batches x {args.rows} rows, {args.crashes} driver "
-        f"kills per query, seed {seed}, workdir {args.workdir}")
+        f"kills per query, seed {seed}, workdir {args.workdir}"
+        + (", through Spark Connect" if args.connect else ""))
     ids = [list(range(b * args.rows, (b + 1) * args.rows)) for b in range(args.batches)]
     expected = write_input(os.path.join(args.workdir, "input"), ids)
     # Crash in distinct, increasing batches so every run makes progress.
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{label}:")
         spec = JobSpec(input=os.path.join(args.workdir, "input"),
                        checkpoint=os.path.join(args.workdir, f"checkpoint-{mode}"),
-                       sink=sink, name="demo", mode=mode)
+                       sink=sink, name="demo", mode=mode, connect=args.connect)
         started = time.monotonic()
         crashes, runs = _run_with_crashes(spec, schedule, say)
         table = read_output(str(sink["kwargs"]["path"]))

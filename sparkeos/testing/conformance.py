@@ -80,6 +80,8 @@ class ConnectorConformance:
     files = 3
     rows_per_file = 30
     partitions = 2
+    connect = False
+    """Run the Spark jobs through Spark Connect (see ``ConnectConformance``)."""
 
     # -- to implement --------------------------------------------------------------------
     def sink_spec(self, workdir: str) -> dict[str, Any]:
@@ -121,7 +123,7 @@ class ConnectorConformance:
             sink=sink or self.sink_spec(workdir),
             mode=mode, master=master, partitions=self.partitions,
             metrics_file=os.path.join(workdir, f"metrics-{mode}.json"),
-            spark_conf=dict(spark_conf or {}),
+            spark_conf=dict(spark_conf or {}), connect=self.connect,
         )
 
     def run(self, spec: JobSpec, fault: str | None = None,
@@ -429,3 +431,23 @@ def _attempt_quietly(fn: Callable[[], Any]) -> None:
     """A losing attempt may be refused by the destination; that is its right."""
     with contextlib.suppress(Exception):
         fn()
+
+
+CONNECT_CASES = frozenset({"test_end_to_end_several_batches", "test_driver_crash_then_restart"})
+
+
+class ConnectConformance:
+    """Put first in the bases of a connector's conformance class to run its end-to-end
+    and driver-kill cases through Spark Connect (a local Connect server per job, killed
+    with the job), e.g. ``class TestFileConnect(ConnectConformance, TestFileSink)``.
+    Every other case of the suite is left out of the subclass: the in-process cases do
+    not involve Spark, and the task and speculation cases need a classic cluster."""
+
+    connect = True
+    pytestmark = [pytest.mark.connect]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in dir(cls):
+            if name.startswith("test_") and name not in CONNECT_CASES:
+                setattr(cls, name, None)  # pytest collects no test of that name

@@ -43,6 +43,9 @@ class JobSpec:
     metrics_file: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     """Coordinator settings for ``exactly_once(...)`` (``existing_output``...)."""
+    connect: bool = False
+    """Run through Spark Connect (``SparkSession.builder.remote(master)``: a local
+    Connect server for ``local[...]``); a driver crash kills the whole job."""
 
 
 @dataclass
@@ -109,7 +112,7 @@ def crash_after_write(write: Callable[[Any, int], None]) -> Callable[[Any, int],
     def batch_fn(batch_df: Any, batch_id: int) -> None:
         write(batch_df, batch_id)
         if fault.point and fault.batch_id in (None, batch_id):
-            os._exit(CRASH_EXIT_CODE)
+            fault.kill_driver()
 
     return batch_fn
 
@@ -168,9 +171,18 @@ def main(argv: list[str]) -> int:
     with open(argv[0]) as fh:
         spec = JobSpec(**json.load(fh))
     from sparkeos.core.adapter import with_guarantee
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.faults import KILL_GROUP_ENV
+    from sparkeos.core.spark import connect_session, local_session
 
-    spark = local_session(f"sparkeos-job-{spec.name}", spec.master, spec.spark_conf)
+    settings = dict(spec.settings)
+    if spec.connect:
+        # The batch function runs in the Connect server's Python process: a driver
+        # crash there kills this job's whole process group (run_job_process made it).
+        os.environ[KILL_GROUP_ENV] = str(os.getpgid(0))
+        settings.setdefault("checkpoint_location", spec.checkpoint)
+        spark = connect_session(f"sparkeos-job-{spec.name}", spec.master, spec.spark_conf)
+    else:
+        spark = local_session(f"sparkeos-job-{spec.name}", spec.master, spec.spark_conf)
     df = (spark.readStream.schema(INPUT_SCHEMA)
           .option("maxFilesPerTrigger", spec.max_files_per_trigger).json(spec.input))
     if spec.partitions:
@@ -183,7 +195,7 @@ def main(argv: list[str]) -> int:
     elif spec.mode == "function":
         batch_fn = target
     else:
-        batch_fn = with_guarantee(target, spec.name, spec.mode, **spec.settings)
+        batch_fn = with_guarantee(target, spec.name, spec.mode, **settings)
     query = (df.writeStream.foreachBatch(batch_fn)
              .option("checkpointLocation", spec.checkpoint)
              .trigger(availableNow=True).start())

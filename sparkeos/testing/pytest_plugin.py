@@ -25,6 +25,8 @@ MARKERS = {
              "deselect with -m 'not chaos'",
     "speculation": "runs on a local Spark standalone cluster with speculative task "
                    "attempts; deselect with -m 'not speculation'",
+    "connect": "runs its Spark jobs through Spark Connect (a local Connect server per "
+               "job); deselect with -m 'not connect'",
 }
 
 

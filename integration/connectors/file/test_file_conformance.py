@@ -7,7 +7,7 @@ from typing import Any
 
 from sparkeos.connectors.file import read_output
 from sparkeos.connectors.file.sink import STAGING_DIR
-from sparkeos.testing.conformance import ConnectorConformance
+from sparkeos.testing.conformance import ConnectConformance, ConnectorConformance
 
 
 class TestFileSinkParquet(ConnectorConformance):
@@ -32,3 +32,7 @@ class TestFileSinkParquet(ConnectorConformance):
     def visible_ids(self, workdir: str) -> list[int]:
         table = read_output(self.output(workdir), self.format)
         return table.column("id").to_pylist() if table.num_rows else []
+
+
+class TestFileSinkConnect(ConnectConformance, TestFileSinkParquet):
+    """The file sink through Spark Connect: end to end, and the driver killed at every point."""

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from integration.connectors.jdbc.support import PgServer, prepared_on_tables
-from sparkeos.testing.conformance import ConnectorConformance
+from sparkeos.testing.conformance import ConnectConformance, ConnectorConformance
 
 
 class TestPostgresSinkConformance(ConnectorConformance):
@@ -40,3 +40,8 @@ class TestPostgresSinkConformance(ConnectorConformance):
                 return []
             cur.execute(f'SELECT id FROM "{self.names.table}"')
             return [row[0] for row in cur.fetchall()]
+
+
+class TestPostgresSinkConnect(ConnectConformance, TestPostgresSinkConformance):
+    """The PostgreSQL sink through Spark Connect: end to end, the driver killed at each
+    point."""

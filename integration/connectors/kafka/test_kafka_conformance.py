@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sparkeos.connectors.kafka import read_topic
-from sparkeos.testing.conformance import ConnectorConformance
+from sparkeos.testing.conformance import ConnectConformance, ConnectorConformance
 
 from .conftest import create_topic, unique_name
 
@@ -47,3 +47,8 @@ class TestKafkaSinkStaged(ConnectorConformance):
 
     def visible_ids(self, workdir: str) -> list[int]:
         return [int(json.loads(m.value())["id"]) for m in read_topic(self.bootstrap, self.topic)]
+
+
+class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
+    """The staged Kafka sink through Spark Connect: end to end, the driver killed at each
+    point."""
