@@ -56,9 +56,10 @@ def cases(quick: bool) -> list[Case]:
     found.append(Case("kafka staged vs plain producer", "kafka_sink.py", kafka, ratio, 1.3))
     found.append(Case("kafka staged vs Spark's Kafka sink", "kafka_sink.py", kafka,
                       r"ratio exactly_once/spark: ([0-9.]+)", 0.8))
-    found.append(Case("per-batch overhead, tiny batches", "overhead.py",
-                      ("--batches", "20" if quick else "40"),
-                      r"overhead per batch: ([0-9.-]+) ms", 25, " ms"))
+    for kind, target in (("classic", 25), ("connect", 50)):
+        found.append(Case(f"per-batch overhead, tiny batches, {kind}", "overhead.py",
+                          ("--batches", "20" if quick else "40"),
+                          rf"overhead per batch: ([0-9.-]+) ms \({kind}\)", target, " ms"))
     for sink in ("file", "postgres", "kafka"):
         found.append(Case(f"recovery of a decided batch, {sink}", "recovery.py",
                           ("--sink", sink, "--rows-per-batch", "20000" if quick else "50000"),

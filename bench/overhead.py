@@ -8,10 +8,13 @@ by
 * ``plain``:        ``foreachBatch(lambda df, id: df.write.mode("append").parquet(out))``
 * ``exactly_once``: ``foreachBatch(exactly_once(FileSink(out), name="overhead"))``
 
-after a warm-up query of each. Reported: the median of Spark's ``addBatch`` per batch
-for each mode (the first ``--skip`` batches of a query left out: they pay for the
-query's start), the adapter's own split of an exactly-once batch, and last
-``overhead per batch: <ms>`` (median exactly-once addBatch - median plain addBatch).
+after a warm-up query of each, in classic PySpark and then (unless ``--classic-only``)
+through Spark Connect (a local Connect server, ``SparkSession.builder.remote``).
+Reported: the median of Spark's ``addBatch`` per batch for each mode (the first
+``--skip`` batches of a query left out: they pay for the query's start), the adapter's
+own split of an exactly-once batch (classic: under Connect the adapter runs in the
+server's Python process), and per session kind ``overhead per batch: <ms>`` (median
+exactly-once addBatch - median plain addBatch).
 
     ./run bench overhead
 """
@@ -47,25 +50,26 @@ def generate_input(directory: str, batches: int, rows: int) -> None:
 
 def run_query(spark: Any, mode: str, input_dir: str, work: str, tag: str) -> tuple[
         list[float], list[Any]]:
-    """(addBatch ms of every batch, the adapter's metrics)."""
+    """(addBatch ms of every batch, the adapter's metrics: classic only)."""
     from sparkeos import exactly_once
     from sparkeos.connectors.file import FileSink
 
     out = os.path.join(work, f"out-{mode}-{tag}")
     body: Any
+    checkpoint = os.path.join(work, f"ckpt-{mode}-{tag}")
     if mode == "exactly_once":
-        body = exactly_once(FileSink(out), name="overhead")
+        body = exactly_once(FileSink(out), name="overhead", checkpoint_location=checkpoint)
     else:
         def body(df: Any, batch_id: int) -> None:
             df.write.mode("append").parquet(out)
     source = (spark.readStream.schema("id long, payload string")
               .option("maxFilesPerTrigger", 1).parquet(input_dir))
     query = (source.writeStream.foreachBatch(body)
-             .option("checkpointLocation", os.path.join(work, f"ckpt-{mode}-{tag}"))
+             .option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    add_batch = [float(p.durationMs.get("addBatch", 0)) for p in query.recentProgress
-                 if p.numInputRows]
+    add_batch = [float(p["durationMs"].get("addBatch", 0)) for p in query.recentProgress
+                 if p["numInputRows"]]
     return add_batch, list(getattr(body, "metrics", []))
 
 
@@ -76,48 +80,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=3,
                         help="leading batches of each query left out of the medians")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--classic-only", action="store_true",
+                        help="skip the Spark Connect measurement")
     args = parser.parse_args(argv)
     if args.batches <= args.skip:
         parser.error("--batches must be above --skip")
-
-    from sparkeos.core.spark import local_session
 
     work = tempfile.mkdtemp(prefix="sparkeos-bench-overhead-")
     try:
         input_dir, warm_dir = os.path.join(work, "input"), os.path.join(work, "warm")
         generate_input(input_dir, args.batches, args.rows)
         generate_input(warm_dir, 5, args.rows)
-        spark = local_session("sparkeos-bench-overhead", master=args.master,
-                              conf={"spark.ui.showConsoleProgress": "false"})
-        for mode in MODES:
-            run_query(spark, mode, warm_dir, work, "warm")
-        medians: dict[str, float] = {}
-        metrics: list[Any] = []
-        for mode in MODES:
-            add_batch, found = run_query(spark, mode, input_dir, work, "timed")
-            kept = add_batch[args.skip:]
-            medians[mode] = statistics.median(kept)
-            metrics += found[args.skip:]
-            print(f"classic {mode:<13} addBatch median {medians[mode]:7.1f} ms "
-                  f"(min {min(kept):.0f}, max {max(kept):.0f}, n={len(kept)})", flush=True)
-        spark.stop()
-        if metrics:
-            def med(attr: str) -> float:
-                return statistics.median(float(getattr(m, attr)) for m in metrics)
-
-            other = statistics.median(m.total_ms - m.prepare_ms - m.decide_ms - m.commit_ms
-                                      for m in metrics)
-            print(f"exactly_once adapter per batch (ms): protocol {med('total_ms'):.1f} = "
-                  f"phase 1 job {med('prepare_ms'):.1f} + decide {med('decide_ms'):.1f} + "
-                  f"commit {med('commit_ms'):.1f} + other {other:.1f}; the rest of "
-                  f"addBatch (Spark's call into Python, as for plain) "
-                  f"{medians['exactly_once'] - med('total_ms'):.1f}")
+        overheads = {"classic": measure("classic", args, work, input_dir, warm_dir)}
+        if not args.classic_only:
+            overheads["connect"] = measure("connect", args, work, input_dir, warm_dir)
         print(f"rows per batch {args.rows}, batches {args.batches}, master {args.master}")
-        print(f"overhead per batch: {medians['exactly_once'] - medians['plain']:.1f} ms "
-              "(classic)")
+        for kind, overhead in overheads.items():
+            print(f"overhead per batch: {overhead:.1f} ms ({kind})")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(kind: str, args: Any, work: str, input_dir: str, warm_dir: str) -> float:
+    """exactly-once minus plain median addBatch, in one session of ``kind``."""
+    from sparkeos.core.spark import connect_session, local_session
+
+    conf = {"spark.ui.showConsoleProgress": "false"}
+    spark = (connect_session if kind == "connect" else local_session)(
+        f"sparkeos-bench-overhead-{kind}", args.master, conf)
+    try:
+        for mode in MODES:
+            run_query(spark, mode, warm_dir, work, f"{kind}-warm")
+        medians: dict[str, float] = {}
+        metrics: list[Any] = []
+        for mode in MODES:
+            add_batch, found = run_query(spark, mode, input_dir, work, f"{kind}-timed")
+            kept = add_batch[args.skip:]
+            medians[mode] = statistics.median(kept)
+            metrics += found[args.skip:]
+            print(f"{kind} {mode:<13} addBatch median {medians[mode]:7.1f} ms "
+                  f"(min {min(kept):.0f}, max {max(kept):.0f}, n={len(kept)})", flush=True)
+    finally:
+        spark.stop()
+    if metrics:
+        def med(attr: str) -> float:
+            return statistics.median(float(getattr(m, attr)) for m in metrics)
+
+        other = statistics.median(m.total_ms - m.prepare_ms - m.decide_ms - m.commit_ms
+                                  for m in metrics)
+        print(f"{kind} exactly_once adapter per batch (ms): protocol {med('total_ms'):.1f} "
+              f"= phase 1 job {med('prepare_ms'):.1f} + decide {med('decide_ms'):.1f} + "
+              f"commit {med('commit_ms'):.1f} + other {other:.1f}; the rest of addBatch "
+              f"(Spark's call into Python, as for plain) "
+              f"{medians['exactly_once'] - med('total_ms'):.1f}")
+    return medians["exactly_once"] - medians["plain"]
 
 
 if __name__ == "__main__":

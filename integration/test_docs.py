@@ -50,7 +50,9 @@ def test_every_doc_with_code_is_covered() -> None:
 def test_doc_block_runs(source: Path, code: str, tmp_path: Any,
                         request: pytest.FixtureRequest) -> None:
     tag = uuid.uuid4().hex[:8]
-    replace = {"/data/": f"{tmp_path}/data/", "/checkpoints/": f"{tmp_path}/checkpoints/",
+    replace = {"sc://spark-connect:15002": "local[2]",  # a local Connect server
+               "/data/incoming": f"{tmp_path}/input",
+               "/data/": f"{tmp_path}/data/", "/checkpoints/": f"{tmp_path}/checkpoints/",
                "/shared/": f"{tmp_path}/shared/", '"orders"': f'"orders_{tag}"',
                '"orders-enriched"': f'"orders_enriched_{tag}"',
                '"wordcount"': f'"wordcount_{tag}"'}
