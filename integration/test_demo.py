@@ -24,3 +24,25 @@ def test_demo_verifies_exactly_once_after_three_crashes(tmp_path):
     rows = {cells[0]: cells for cells in table}
     assert int(rows["sparkeos"][2]) >= 3  # crashes
     assert int(rows["plain"][6]) > 0  # duplicates: the plain write wrote batches twice
+
+
+@pytest.mark.chaos
+@pytest.mark.connect
+def test_demo_through_spark_connect(tmp_path):
+    """``sparkeos demo --connect``: the same crashes, the queries through a local Spark
+    Connect server (killed with the driver each time)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkeos.cli", "demo", "--connect", "--workdir",
+         str(tmp_path / "demo"), "--batches", "4", "--rows", "40", "--crashes", "2",
+         "--seed", "11"],
+        capture_output=True, text=True, timeout=900,
+    )
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "through Spark Connect" in lines[0]
+    assert re.fullmatch(
+        r"exactly-once: verified input=160 output=160 duplicates=0 missing=0", lines[-1])
+    table = [line.split() for line in lines if line.startswith(("plain", "sparkeos"))]
+    rows = {cells[0]: cells for cells in table}
+    assert int(rows["sparkeos"][2]) >= 2  # crashes
+    assert int(rows["plain"][6]) > 0  # the plain write duplicated under the same crashes
