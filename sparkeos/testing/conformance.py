@@ -434,6 +434,11 @@ def _attempt_quietly(fn: Callable[[], Any]) -> None:
 
 
 CONNECT_CASES = frozenset({"test_end_to_end_several_batches", "test_driver_crash_then_restart"})
+CONNECT_DRIVER_POINTS = ("after_all_prepared", "kill_driver_after_first_prepare",
+                         "after_decided", "after_first_commit")
+"""A kill before the decision, one from a task, one between the decision and the
+commits and one among the commits: each way a Connect job can die. The protocol code
+is the same in both modes, and classic mode runs every point."""
 
 
 class ConnectConformance:
@@ -445,6 +450,11 @@ class ConnectConformance:
 
     connect = True
     pytestmark = [pytest.mark.connect]
+
+    @pytest.mark.chaos
+    @pytest.mark.parametrize("point", CONNECT_DRIVER_POINTS)
+    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
+        super().test_driver_crash_then_restart(workdir, point)  # type: ignore[misc]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -35,4 +35,4 @@ class TestFileSinkParquet(ConnectorConformance):
 
 
 class TestFileSinkConnect(ConnectConformance, TestFileSinkParquet):
-    """The file sink through Spark Connect: end to end, and the driver killed at every point."""
+    """The file sink through Spark Connect: end to end, and the driver killed."""

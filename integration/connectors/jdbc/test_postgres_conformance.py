@@ -43,5 +43,5 @@ class TestPostgresSinkConformance(ConnectorConformance):
 
 
 class TestPostgresSinkConnect(ConnectConformance, TestPostgresSinkConformance):
-    """The PostgreSQL sink through Spark Connect: end to end, the driver killed at each
-    point."""
+    """The PostgreSQL sink through Spark Connect: end to end, and the driver
+    killed."""

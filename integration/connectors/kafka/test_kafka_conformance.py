@@ -50,5 +50,5 @@ class TestKafkaSinkStaged(ConnectorConformance):
 
 
 class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
-    """The staged Kafka sink through Spark Connect: end to end, the driver killed at each
-    point."""
+    """The staged Kafka sink through Spark Connect: end to end, and the driver
+    killed."""
