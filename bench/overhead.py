@@ -68,8 +68,8 @@ def run_query(spark: Any, mode: str, input_dir: str, work: str, tag: str) -> tup
              .option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    add_batch = [float(p["durationMs"].get("addBatch", 0)) for p in query.recentProgress
-                 if p["numInputRows"]]
+    add_batch = [float(p.durationMs.get("addBatch", 0)) for p in query.recentProgress
+                 if p.numInputRows]
     return add_batch, list(getattr(body, "metrics", []))
 
 
