@@ -44,6 +44,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from _split import adapter_split  # bench/ is the script's directory
 
 SCHEMA_DDL = "id long, payload string, value double, ts {ts_type}"
 MODES = ("exactly_once", "plain", "plain_coalesced", "spark_sink")
@@ -177,15 +178,7 @@ def print_profile(results: dict[str, list[RunResult]]) -> None:
     metrics = [m for r in results["exactly_once"] for m in r.sink_metrics
                if m.outcome == "committed"]
     if metrics:
-        def med(attr: str) -> float:
-            return _median([float(getattr(m, attr)) for m in metrics])
-
-        other = _median([m.total_ms - m.prepare_ms - m.decide_ms - m.commit_ms
-                         for m in metrics])
-        print(f"  exactly_once sink: total {med('total_ms'):.1f} = prepare (phase 1 job) "
-              f"{med('prepare_ms'):.1f} + decide {med('decide_ms'):.1f} + commit "
-              f"{med('commit_ms'):.1f} + other (recover/schema/validate/partitions/begun) "
-              f"{other:.1f}; partitions {int(med('partitions'))}")
+        print(f"  exactly_once sink: {adapter_split(metrics)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _split import adapter_split  # bench/ is the script's directory
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("exactly_once", "upsert", "copy", "copy_csv", "plain", "spark_jdbc")
@@ -200,15 +201,7 @@ def print_breakdown() -> None:
         print(f"  {mode:<13} addBatch: first batch {first:.0f}, later batches "
               f"{statistics.median(rest) if rest else 0:.0f}")
     for mode, metrics in SINK_METRICS.items():
-        def med(values: list[float]) -> float:
-            return statistics.median(values) if values else 0.0
-
-        other = med([m.total_ms - m.prepare_ms - m.decide_ms - m.commit_ms for m in metrics])
-        print(f"  {mode:<13} per batch (ms): total {med([m.total_ms for m in metrics]):.0f} = "
-              f"phase 1 job {med([m.prepare_ms for m in metrics]):.0f} + decide "
-              f"{med([m.decide_ms for m in metrics]):.0f} + commit "
-              f"{med([m.commit_ms for m in metrics]):.0f} + other {other:.0f}; participants "
-              f"{med([m.partitions for m in metrics]):.0f}")
+        print(f"  {mode:<13} per batch (ms): {adapter_split(metrics)}")
 
 
 def main() -> int:

@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _split import adapter_split, median_of  # bench/ is the script's directory
 
 MODES = ("plain", "exactly_once")
 
@@ -124,16 +125,9 @@ def measure(kind: str, args: Any, work: str, input_dir: str, warm_dir: str) -> f
     finally:
         spark.stop()
     if metrics:
-        def med(attr: str) -> float:
-            return statistics.median(float(getattr(m, attr)) for m in metrics)
-
-        other = statistics.median(m.total_ms - m.prepare_ms - m.decide_ms - m.commit_ms
-                                  for m in metrics)
-        print(f"{kind} exactly_once adapter per batch (ms): protocol {med('total_ms'):.1f} "
-              f"= phase 1 job {med('prepare_ms'):.1f} + decide {med('decide_ms'):.1f} + "
-              f"commit {med('commit_ms'):.1f} + other {other:.1f}; the rest of addBatch "
-              f"(Spark's call into Python, as for plain) "
-              f"{medians['exactly_once'] - med('total_ms'):.1f}")
+        print(f"{kind} exactly_once adapter per batch (ms): {adapter_split(metrics)}; the "
+              f"rest of addBatch (Spark's call into Python, as for plain) "
+              f"{medians['exactly_once'] - median_of(metrics, 'total_ms'):.1f}")
     return medians["exactly_once"] - medians["plain"]
 
 

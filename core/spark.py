@@ -68,21 +68,25 @@ def ensure_python_workers() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+SESSION_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "false",
+    "spark.driver.memory": "2g",
+}
+"""Small defaults for the local sessions of tests, demos and benchmarks."""
+
+
 def local_session(app_name: str = "sparkeos", master: str = "local[2]",
                   conf: dict[str, str] | None = None) -> Any:
     """A local SparkSession with small defaults suited to tests, demos and benchmarks."""
     ensure_python_workers()
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.stopGracefullyOnShutdown", "false")
-        .config("spark.driver.memory", "2g")
-    )
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in SESSION_DEFAULTS.items():
+        builder = builder.config(key, value)
     if master.startswith("spark://127.") or master.startswith("spark://localhost"):
         # A cluster on this machine's loopback (the tests' standalone cluster): the
         # executors reach the driver there.
@@ -187,7 +191,7 @@ def running_query(df: Any) -> tuple[str | None, str | None]:
     """(query id, run id) of the query running this foreachBatch: Spark sets both as
     local properties of the thread that calls foreachBatch. None outside a query."""
     if is_connect(df):
-        return None, None  # no local properties there; see query_identity()
+        return None, None  # no local properties there; see checkpoint_query_id()
     context = df.sparkSession.sparkContext
     query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
     if not query_id:
@@ -243,11 +247,7 @@ def connect_session(app_name: str = "sparkeos", master: str = "local[2]",
 
     builder = SparkSession.builder.remote(master).appName(app_name)
     if not master.startswith("sc://"):
-        settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-                    "spark.sql.shuffle.partitions": "2",
-                    "spark.sql.streaming.stopGracefullyOnShutdown": "false",
-                    "spark.driver.memory": "2g", **(conf or {})}
-        for key, value in settings.items():
+        for key, value in {**SESSION_DEFAULTS, **(conf or {})}.items():
             builder = builder.config(key, value)
     import warnings
 
