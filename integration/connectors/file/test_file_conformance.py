@@ -5,9 +5,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
+
 from sparkeos.connectors.file import read_output
 from sparkeos.connectors.file.sink import STAGING_DIR
-from sparkeos.testing.conformance import ConnectConformance, ConnectorConformance
+from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
+from sparkeos.testing.conformance import (
+    ConnectConformance,
+    ConnectorConformance,
+    assert_exactly_once,
+)
+from sparkeos.testing.job import JobSpec, run_job_process, write_input
 
 
 class TestFileSinkParquet(ConnectorConformance):
@@ -36,3 +44,24 @@ class TestFileSinkParquet(ConnectorConformance):
 
 class TestFileSinkConnect(ConnectConformance, TestFileSinkParquet):
     """The file sink through Spark Connect: end to end, and the driver killed."""
+
+
+@pytest.mark.chaos
+def test_driver_kills_with_batches_coalesced_to_the_writers(tmp_path: Any) -> None:
+    """Batches of 6 partitions on local[2] are written by 2 participants (the default
+    writers): a driver killed before and after the decision, then a restart, still
+    leaves every id exactly once."""
+    input_ids = [list(range(b * 100, b * 100 + 60)) for b in range(4)]
+    expected = write_input(str(tmp_path / "input"), input_ids)
+    out = str(tmp_path / "output")
+    spec = JobSpec(input=str(tmp_path / "input"), checkpoint=str(tmp_path / "ckpt"),
+                   sink={"factory": "sparkeos.connectors.file:FileSink",
+                         "kwargs": {"path": out}}, partitions=6)
+    for fault in ("kill_driver_after_first_prepare@1", "after_decided@2"):
+        assert run_job_process(spec, fault).crashed, fault
+    assert run_job_process(spec).returncode == 0
+    assert_exactly_once(read_output(out).column("id").to_pylist(), expected)
+    states = CommitLog(open_store(sink_log_location(str(tmp_path / "ckpt"), "conformance")))
+    for state in states.batches().values():
+        if state.decided is not None:
+            assert len(state.decided["participants"]) <= 2
