@@ -2,4 +2,4 @@
 once per session, only when a test asks for it)."""
 
 pytest_plugins = ["integration.fixtures.postgres", "integration.fixtures.kafka",
-                  "integration.fixtures.stomp"]
+                  "integration.fixtures.stomp", "integration.fixtures.hdfs"]

@@ -11,12 +11,12 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .commitlog import IDENTITY_PINNED, CommitLog, is_local_uri, open_store, sink_log_location
+from .commitlog import IDENTITY_PINNED, CommitLog, open_store, sink_log_location
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
 from .errors import ConfigurationError, TransactionIdCollisionError
 from .faults import FaultPlan
-from .group import SinkGroup
+from .group import SinkGroup, for_checkpoint
 from .observe import BatchMetrics
 from .protocol import TransactionalSink
 from .spark import (
@@ -145,17 +145,13 @@ class ForeachBatchAdapter:
         # same query key in classic and Connect mode.
         identity = query_id or checkpoint_query_id(location) or f"checkpoint:{location}"
         log_location = sink_log_location(location, self.name)
-        if connect and not is_local_uri(log_location):
-            raise ConfigurationError(
-                f"under Spark Connect the commit log must be on a local or mounted path "
-                f"for now, not {log_location}",
-                sink=self.name,
-                fix="give checkpoint_location= a path every driver restart sees (a "
-                "mounted volume), or run the query in classic PySpark")
+        # Under Connect there is no JVM in this process: the commit log is reached
+        # from Python (local paths and HDFS; other URIs are refused by open_store).
         log = CommitLog(open_store(log_location, None if connect else df.sparkSession))
         claim_sink_name(run_id or identity, log.location, self._token, self.name)
-        key = self._claim_log(log, identity)
-        self._coordinator = Coordinator(self.sink, self.config, log, key, faults)
+        sink = for_checkpoint(self.sink, location, self.name)
+        key = self._claim_log(log, identity, sink)
+        self._coordinator = Coordinator(sink, self.config, log, key, faults)
         self._lease_renewed = 0.0
         return self._coordinator
 
@@ -171,36 +167,38 @@ class ForeachBatchAdapter:
                          "pid": os.getpid(), "renewed": now, "ttl_s": self.config.lease_ttl_s})
         self._lease_renewed = now
 
-    def _claim_log(self, log: CommitLog, query_identity: str) -> str:
+    def _claim_log(self, log: CommitLog, query_identity: str,
+                   bound: TransactionalSink[Any] | SinkGroup | None = None) -> str:
         """Check (or record) that this log belongs to this query and this destination.
 
         The destination (``identity()``) is pinned once a batch is decided; until then a
         changed destination is simply the new one (a first batch that failed against a
         wrong database must not bind the sink name to it), unless a run without an
         outcome may have left prepared state in the old one."""
+        sink = bound if bound is not None else self.sink
         meta = log.read_meta()
         mine = {
             "query_id": query_identity,
             "query_key": query_key_for(query_identity),
             "sink_name": self.name,
-            "sink_type": self.sink.type_name,
-            "identity": self.sink.identity(),
+            "sink_type": sink.type_name,
+            "identity": sink.identity(),
         }
         if meta is None:
-            log.write_meta({**mine, "description": self.sink.describe(),
+            log.write_meta({**mine, "description": sink.describe(),
                             "created": time.time()})
             return str(mine["query_key"])
         for field in ("query_id", "sink_type"):
             if meta.get(field) != mine[field]:
                 raise self._collision(log, field, meta.get(field), mine[field])
-        changed = meta.get("description") != self.sink.describe()
+        changed = meta.get("description") != sink.describe()
         if meta.get("identity") != mine["identity"]:
             if meta.get(IDENTITY_PINNED) or any(s.open_runs for s in log.batches().values()):
                 raise self._collision(log, "identity", meta.get("identity"), mine["identity"])
             meta["identity"] = mine["identity"]  # nothing decided there yet: follow the fix
             changed = True
         if changed:
-            meta["description"] = self.sink.describe()
+            meta["description"] = sink.describe()
             log.write_meta(meta)
         return str(meta["query_key"])
 

@@ -17,9 +17,11 @@ Beside the records: ``sink.json`` (what the log belongs to), ``lease.json`` (the
 running query renews it every batch; operator commands refuse to act while it is
 fresh) and ``last-error.json``.
 
-Stores: ``LocalStore`` (POSIX paths, ``file:`` URIs) and ``HadoopStore`` (any
-Hadoop-compatible URI Spark's own checkpoint can use, through the JVM of the
-active SparkSession). A database-backed store implements the same ``Store``.
+Stores: ``LocalStore`` (POSIX paths, ``file:`` URIs), ``FilesStore`` (HDFS through
+WebHDFS from Python: ``webhdfs://`` always, ``hdfs://`` where no JVM is at hand, as
+under Spark Connect and in the CLI) and ``HadoopStore`` (any Hadoop-compatible URI
+Spark's own checkpoint can use, through the JVM of a classic SparkSession). A
+database-backed store implements the same ``Store``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .errors import CommitLogError, RecordExistsError
+from .files import split_uri
 
 BEGUN, OUTCOME, FINISHED = "begun", "outcome", "finished"
 DECIDED, ABORTED = "decided", "aborted"
@@ -189,6 +192,45 @@ class HadoopStore(Store):
         self._fs.delete(self._path(name), False)
 
 
+class FilesStore(Store):
+    """A store on a file system sparkeos reaches from Python (``core.files``): records
+    are written to a temporary name and published without overwrite."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._files, self._dir = split_uri(location)
+
+    def _path(self, name: str) -> str:
+        return f"{self._dir.rstrip('/')}/{name}"
+
+    def list_names(self) -> list[str]:
+        return [n for n in self._files.listdir(self._dir) if not n.startswith(".")]
+
+    def read(self, name: str) -> bytes:
+        return self._files.read(self._path(name))
+
+    def _write_temp(self, data: bytes) -> str:
+        self._files.makedirs(self._dir)
+        tmp = self._path(f".tmp-{uuid.uuid4().hex}")
+        self._files.create_new(tmp, data)
+        return tmp
+
+    def write_new(self, name: str, data: bytes) -> None:
+        tmp = self._write_temp(data)
+        try:
+            self._files.publish(tmp, self._path(name))
+        except FileExistsError:
+            raise _exists(name, self.location) from None
+        finally:
+            self._files.delete(tmp)
+
+    def replace(self, name: str, data: bytes) -> None:
+        self._files.replace(self._write_temp(data), self._path(name))
+
+    def delete(self, name: str) -> None:
+        self._files.delete(self._path(name))
+
+
 def is_local_uri(location: str) -> bool:
     parsed = urlparse(location)
     return parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt")
@@ -204,14 +246,19 @@ def sink_log_location(checkpoint_location: str, sink: str) -> str:
 
 
 def open_store(location: str, spark: Any = None) -> Store:
-    """A store for a local path / ``file:`` URI, or any Hadoop URI given a session."""
+    """A store for a local path / ``file:`` URI, HDFS (``hdfs://``, ``webhdfs://``), or
+    any other Hadoop URI given a classic session (its JVM reaches it)."""
     if is_local_uri(location):
         return LocalStore(local_path(location))
+    scheme = urlparse(location).scheme.lower()
+    if scheme == "webhdfs" or (scheme == "hdfs" and spark is None):
+        return FilesStore(location)
     if spark is None:
         raise CommitLogError(
-            f"the commit log at {location} is on a non-local file system",
-            fix="pass an active SparkSession (the CLI needs `--spark`) so it can be "
-            "reached through Hadoop's FileSystem",
+            f"the commit log at {location} is on a file system sparkeos reaches only "
+            "through Spark's JVM (Hadoop's FileSystem)",
+            fix="put the checkpoint on a local or mounted path or on HDFS; in classic "
+            "PySpark any Hadoop URI works (the CLI needs `--spark` for it)",
         )
     return HadoopStore(location, spark)
 

@@ -1,4 +1,5 @@
-"""Small POSIX helpers shared by connectors that stage files."""
+"""Small helpers shared by connectors that stage files: POSIX paths by default, or any
+``core.files.Files`` (HDFS) passed as ``files``."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import os
 import socket
 import tempfile
 
-from .errors import AttemptFencedError, ConfigurationError
+from .errors import AttemptFencedError, ConfigurationError, RetriableError
+from .files import Files, LocalFiles
 from .txpool import Transaction
+
+_LOCAL = LocalFiles()
 
 
 def fsync_path(path: str) -> None:
@@ -41,65 +45,66 @@ def write_atomically(path: str, data: bytes, *, fsync: bool = True) -> None:
         fsync_path(directory)
 
 
-def require_writable_dir(directory: str, what: str, fix: str) -> None:
+def require_writable_dir(directory: str, what: str, fix: str, files: Files = _LOCAL) -> None:
     """Create ``directory`` if needed and prove a file can be written there.
 
     Raises ``ConfigurationError`` naming ``what`` (e.g. "output directory /data/out")
     and ``fix``, before anything of a batch is written.
     """
-    probe = os.path.join(directory, f".write-probe-{os.getpid()}")
+    probe = os.path.join(directory, f".write-probe-{socket.gethostname()}-{os.getpid()}")
     try:
-        os.makedirs(directory, exist_ok=True)
-        with open(probe, "wb") as fh:
-            fh.write(b"ok")
-        os.unlink(probe)
+        files.makedirs(directory)
+        files.delete(probe)
+        files.create_new(probe, b"ok")
+        files.delete(probe)
+    except RetriableError:
+        raise
     except OSError as exc:
         raise ConfigurationError(
-            f"{what} is not writable ({exc.strerror})",
+            f"{what} is not writable ({exc.strerror or exc})",
             fix=f"{fix}; nothing of this batch was written",
         ) from None
 
 
-def claim_dir(directory: str, txn: Transaction) -> str:
+def claim_dir(directory: str, txn: Transaction, files: Files = _LOCAL) -> str:
     """Create ``txn``'s own staging directory; ``AttemptFencedError`` if another attempt
-    holds the same transaction ID (``mkdir`` never succeeds twice)."""
-    os.makedirs(os.path.dirname(directory), exist_ok=True)
-    try:
-        os.mkdir(directory)
-    except FileExistsError:
+    holds the same transaction ID (a claim never succeeds twice)."""
+    if not files.claim_dir(directory):
         raise AttemptFencedError(
-            f"staging directory {directory} of transaction {txn.txn_id} exists: another "
-            "attempt of this task (a zombie of a retried stage) holds the same ID",
+            f"staging directory {files.uri(directory)} of transaction {txn.txn_id} exists: "
+            "another attempt of this task (a zombie of a retried stage) holds the same ID",
             sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
             fix="nothing to do: Spark retries this task under the next attempt number",
-        ) from None
+        )
     return directory
 
 
 SHARED_CHECK = ".driver-writes-here"
 
 
-def mark_driver_dir(directory: str) -> None:
+def mark_driver_dir(directory: str, files: Files = _LOCAL) -> None:
     """Leave the file ``require_shared`` looks for (the driver, in ``validate``)."""
     check = os.path.join(directory, SHARED_CHECK)
-    if not os.path.exists(check):
-        with open(check, "w") as fh:
-            fh.write(f"{socket.gethostname()}\n")
+    if not files.exists(check):
+        try:
+            files.create_new(check, f"{socket.gethostname()}\n".encode())
+        except FileExistsError:
+            pass  # another driver of the same directory was first
 
 
-def require_shared(directory: str, what: str, txn: Transaction) -> None:
+def require_shared(directory: str, what: str, txn: Transaction, files: Files = _LOCAL) -> None:
     """In a task: refuse to stage into ``directory`` unless it is the one the driver
     marked, i.e. the driver (and the other executors) will find what is staged there.
 
     Raises ``ConfigurationError`` naming ``what`` and the fix; the batch is then
     aborted before anything is decided."""
     check = os.path.join(directory, SHARED_CHECK)
-    if not os.path.exists(check):
+    if not files.exists(check):
         raise ConfigurationError(
-            f"{what} is not shared: the driver wrote {check}, but this executor (host "
-            f"{socket.gethostname()}) does not see it, so what it stages there could never "
-            "be committed",
+            f"{what} is not shared: the driver wrote {files.uri(check)}, but this executor "
+            f"(host {socket.gethostname()}) does not see it, so what it stages there could "
+            "never be committed",
             sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
             fix="use a directory the driver and every executor reach at the same path "
-            "(NFS or another shared mount); nothing of this batch was committed",
+            "(NFS or another shared mount, or HDFS); nothing of this batch was committed",
         )

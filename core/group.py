@@ -90,6 +90,16 @@ class SinkGroup:
             sink.close()
 
 
+def for_checkpoint(sink: TransactionalSink[Any] | SinkGroup, location: str,
+                   sink_name: str) -> TransactionalSink[Any] | SinkGroup:
+    """``sink`` (every member of a group) bound to the query's checkpoint
+    (``TransactionalSink.for_checkpoint``); a member is named ``<sink name>-<member>``."""
+    if isinstance(sink, SinkGroup):
+        return SinkGroup({name: member.for_checkpoint(location, f"{sink_name}-{name}")
+                          for name, member in sink.members.items()})
+    return sink.for_checkpoint(location, sink_name)
+
+
 def members_of(sink: TransactionalSink[Any] | SinkGroup) -> dict[str, TransactionalSink[Any]]:
     """A coordinator's members: a group's, or a single sink under the name ``SINGLE``."""
     if isinstance(sink, SinkGroup):

@@ -148,6 +148,13 @@ class TransactionalSink(ABC, Generic[H]):
         the driver before anything is written.
         """
 
+    def for_checkpoint(self, location: str, sink_name: str) -> TransactionalSink[H]:
+        """Driver, once per query run, before anything else: this sink with the defaults
+        that depend on where the query keeps its state filled in (``location``: the
+        checkpoint, shared by every driver restart; ``sink_name``: unique within it),
+        e.g. a staging directory under the checkpoint. Default: ``self``."""
+        return self
+
     def check_participants(self, count: int) -> None:
         """Driver, before phase 1: the batch has ``count`` participants of this sink.
         Raise ``ConfigurationError`` if the destination cannot hold that many open

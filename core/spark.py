@@ -224,15 +224,15 @@ def query_checkpoint(df: Any, query_id: str | None) -> str | None:
 def checkpoint_query_id(location: str) -> str | None:
     """The query ID Spark keeps in ``<checkpoint>/metadata`` (``{"id": ...}``), the
     same ID a running query reports; None before the query first started there or on
-    a non-local file system."""
-    from .commitlog import is_local_uri, local_path
+    a file system sparkeos does not reach from Python."""
+    from .errors import ConfigurationError
+    from .files import split_uri
 
-    if not is_local_uri(location):
-        return None
     try:
-        with open(os.path.join(local_path(location), "metadata")) as fh:
-            value = json.loads(fh.readline()).get("id")
-    except (OSError, ValueError, AttributeError):
+        files, path = split_uri(location)
+        text = files.read(f"{path.rstrip('/')}/metadata").decode()
+        value = json.loads(text.splitlines()[0]).get("id")
+    except (ConfigurationError, OSError, ValueError, AttributeError, IndexError):
         return None
     return str(value) if value else None
 

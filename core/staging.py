@@ -11,13 +11,17 @@ again (another host's local disk is a configuration error, not data loss).
 from __future__ import annotations
 
 import os
+import posixpath
 import shutil
 import socket
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import DataLossError, RetriableError
-from .fsutil import claim_dir, fsync_path, mark_driver_dir, require_shared, require_writable_dir
+from .files import Files, split_uri
+from .fsutil import claim_dir, mark_driver_dir, require_shared, require_writable_dir
 from .protocol import Receipt
 from .txpool import AttemptRange, Transaction, TransactionPool
 
@@ -26,58 +30,107 @@ def default_dir(env_var: str, name: str) -> str:
     """``$env_var`` if set, else ``~/.sparkeos/<name>`` (fine for ``local[*]`` Spark)."""
     configured = os.environ.get(env_var)
     if configured:
-        return os.path.abspath(os.path.expanduser(configured))
+        return configured if "://" in configured else os.path.abspath(
+            os.path.expanduser(configured))
     return os.path.join(os.path.expanduser("~"), ".sparkeos", name)
 
 
 @dataclass(frozen=True)
 class StagingArea:
     root: str
+    """A local or shared POSIX path, or an HDFS URI (``core.files``)."""
     prefix: str = ""
     """Put before every attempt directory's name (e.g. a transactional ID prefix)."""
     setting: str = "staging_dir=..."
     """How the user sets the directory (error messages name it)."""
+
+    def __post_init__(self) -> None:
+        files, path = split_uri(self.root)
+        object.__setattr__(self, "_files", files)
+        object.__setattr__(self, "_path", path)
+
+    @property
+    def files(self) -> Files:
+        files: Files = self.__dict__["_files"]
+        return files
+
+    @property
+    def path(self) -> str:
+        """The root inside its file system."""
+        path: str = self.__dict__["_path"]
+        return path
 
     @property
     def label(self) -> str:
         return f"staging_dir {self.root}"
 
     def txn_dir(self, txn: Transaction) -> str:
-        return os.path.join(self.root, self.prefix + txn.txn_id)
+        return posixpath.join(self.path, self.prefix + txn.txn_id)
 
     # -- driver ----------------------------------------------------------------------------
     def check_on_driver(self) -> None:
         """Writable, and marked so tasks can prove they see the same directory."""
         require_writable_dir(
-            self.root, self.label,
+            self.path, self.label,
             f"create it and give the Spark user write access, or set {self.setting} to a "
-            "directory every executor can reach at the same path",
+            "directory every executor can reach at the same path", self.files,
         )
-        mark_driver_dir(self.root)
+        mark_driver_dir(self.path, self.files)
 
     # -- phase 1 ---------------------------------------------------------------------------
     def claim(self, txn: Transaction) -> str:
         """The attempt's own directory, created exclusively (``AttemptFencedError`` if
         another attempt holds the ID), in the directory the driver marked."""
-        require_shared(self.root, self.label, txn)
-        return claim_dir(self.txn_dir(txn), txn)
+        require_shared(self.path, self.label, txn, self.files)
+        return claim_dir(self.txn_dir(txn), txn, self.files)
+
+    def writable_file(self, directory: str, name: str) -> str:
+        """The local path a task writes the staged file ``name`` of ``directory`` to:
+        in place on a POSIX root, else a temporary file on this host that ``seal``
+        uploads."""
+        if self.files.is_local:
+            return os.path.join(directory, name)
+        return os.path.join(tempfile.mkdtemp(prefix="sparkeos-stage-"), name)
+
+    def seal(self, directory: str, name: str, written: str, fsync: bool) -> str:
+        """Make the staged file durable where phase 2 finds it (upload it whole, or
+        fsync it in place); returns its path relative to the root (for the receipt)."""
+        staged = posixpath.join(directory, name)
+        if not self.files.is_local:
+            try:
+                self.files.upload_new(written, staged)
+            finally:
+                shutil.rmtree(os.path.dirname(written), ignore_errors=True)
+        elif fsync:
+            self.make_durable(staged)
+        return posixpath.relpath(staged, self.path)
+
+    def discard(self, directory: str, written: str | None) -> None:
+        """Delete an attempt's directory and the local file it was writing."""
+        if written and not self.files.is_local:
+            shutil.rmtree(os.path.dirname(written), ignore_errors=True)
+        self.files.delete(directory)
 
     def make_durable(self, path: str) -> None:
         """fsync a staged file and the directories leading to it from the root."""
-        fsync_path(path)
-        directory = os.path.dirname(path)
+        files = self.files
+        files.make_durable(path)
+        directory = posixpath.dirname(path)
         while True:
-            fsync_path(directory)
-            if os.path.normpath(directory) == os.path.normpath(self.root):
+            files.make_durable(directory)
+            if posixpath.normpath(directory) == posixpath.normpath(self.path):
                 return
-            directory = os.path.dirname(directory)
-
-    def relative(self, path: str) -> str:
-        return os.path.relpath(path, self.root)
+            directory = posixpath.dirname(directory)
 
     # -- phase 2 and cleanup ----------------------------------------------------------------
+    def has_file(self, txn: Transaction, name: str) -> bool:
+        return self.files.exists(posixpath.join(self.txn_dir(txn), name))
+
+    def is_claimed(self, txn: Transaction) -> bool:
+        return self.files.isdir(self.txn_dir(txn))
+
     def delete(self, txn: Transaction) -> None:
-        shutil.rmtree(self.txn_dir(txn), ignore_errors=True)
+        self.files.delete(self.txn_dir(txn))
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
         """Delete the attempts of ``ranges`` not in ``keep``: one listing of the root
@@ -85,11 +138,7 @@ class StagingArea:
         if not ranges:
             return
         pool = TransactionPool(ranges[0].query_key, ranges[0].sink)
-        try:
-            names = os.listdir(self.root)
-        except FileNotFoundError:
-            return
-        for name in names:
+        for name in self.files.listdir(self.path):
             if not name.startswith(self.prefix):
                 continue
             txn = pool.parse(name[len(self.prefix):])
@@ -102,26 +151,34 @@ class StagingArea:
         ``DataLossError`` for a receipt pointing outside the root, and
         ``RetriableError`` if it was staged on another host (the directory is not
         shared: fix the mount, the decided batch is committed then)."""
-        path = os.path.normpath(os.path.join(self.root, str(receipt["file"])))
-        if not path.startswith(os.path.normpath(self.root) + os.sep):
+        path = posixpath.normpath(posixpath.join(self.path, str(receipt["file"])))
+        if not path.startswith(posixpath.normpath(self.path) + "/"):
             raise DataLossError(
                 f"receipt names a staged file outside staging_dir: {receipt['file']!r}",
                 sink=txn.sink, batch_id=txn.batch_id, txn_id=shown_id,
                 fix="the commit log was edited or belongs to another sink configuration",
             )
-        if os.path.exists(path):
+        if self.files.exists(path):
             return path
         staged_on, host = receipt.get("host"), socket.gethostname()
-        if staged_on and staged_on != host:
+        if staged_on and staged_on != host and self.files.is_local:
             raise RetriableError(
                 f"staged file {path} was written on host {staged_on}, but this commit runs "
                 f"on {host}, where it does not exist",
                 sink=txn.sink, batch_id=txn.batch_id, txn_id=shown_id,
                 fix="staging_dir must be a directory every executor reaches at the same path "
-                "(a shared mount); restart the query once it is: the batch is decided and "
-                "is committed then",
+                "(a shared mount, or HDFS); restart the query once it is: the batch is "
+                "decided and is committed then",
             )
         return None
+
+    def open_staged(self, path: str) -> Any:
+        """A pyarrow input file over a staged file (memory-mapped where it is local)."""
+        import pyarrow as pa
+
+        if self.files.is_local:
+            return pa.memory_map(path)
+        return pa.BufferReader(self.files.read(path))
 
 
 __all__ = ["StagingArea", "default_dir"]

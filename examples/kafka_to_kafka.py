@@ -11,8 +11,9 @@ the same checkpoint: every input record is in the output once.
         --checkpoint /tmp/checkpoints/kafka-to-kafka [--available-now]
 
 --available-now processes what the input holds, then stops. Spark's Kafka source jars:
-spark_kafka_jars(). Batches are staged in $SPARKEOS_KAFKA_STAGING_DIR (default
-~/.sparkeos/kafka-staging): on a cluster, a directory every executor shares.
+spark_kafka_jars(). Batches are staged under the checkpoint (<checkpoint>/sparkeos-staging/),
+or in $SPARKEOS_KAFKA_STAGING_DIR when set: on a cluster, put the checkpoint on HDFS or a
+shared mount.
 """
 
 from __future__ import annotations

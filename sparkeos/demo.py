@@ -85,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connect", action="store_true",
                         help="run the queries through Spark Connect (a local Connect "
                         "server; needs sparkeos[connect])")
+    parser.add_argument("--master", default="local[2]",
+                        help="Spark master: local[N], or a cluster, e.g. spark://host:7077 "
+                        "(the workdir must then be reachable from every executor, or give "
+                        "--store)")
+    parser.add_argument("--store", default=None,
+                        help="where outputs and checkpoints go instead of the workdir, e.g. "
+                        "hdfs://namenode:8020/sparkeos-demo (recreated)")
     parser.add_argument("--skip-plain", action="store_true",
                         help="do not run the plain foreachBatch comparison")
     args = parser.parse_args(argv)
@@ -98,9 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(seed)
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
+    store = _fresh_store(args.store) if args.store else args.workdir
     say(f"sparkeos demo: {args.batches} batches x {args.rows} rows, {args.crashes} driver "
         f"kills per query, seed {seed}, workdir {args.workdir}"
-        + (", through Spark Connect" if args.connect else ""))
+        + (f", outputs and checkpoints in {store}" if args.store else "")
+        + f", master {args.master}" + (", through Spark Connect" if args.connect else ""))
     ids = [list(range(b * args.rows, (b + 1) * args.rows)) for b in range(args.batches)]
     expected = write_input(os.path.join(args.workdir, "input"), ids)
     # Crash in distinct, increasing batches so every run makes progress.
@@ -110,15 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     plans: list[tuple[str, str, dict[str, Any]]] = [("sparkeos exactly-once", "exactly_once",
               {"factory": "sparkeos.connectors.file:FileSink",
-               "kwargs": {"path": os.path.join(args.workdir, "out-exactly-once")}})]
+               "kwargs": {"path": f"{store}/out-exactly-once"}})]
     if not args.skip_plain:
         plans.insert(0, ("plain foreachBatch", "plain",
                          {"factory": "sparkeos.testing.job:plain_file_writer",
-                          "kwargs": {"path": os.path.join(args.workdir, "out-plain")}}))
+                          "kwargs": {"path": f"{store}/out-plain"}}))
     for label, mode, sink in plans:
         say(f"{label}:")
         spec = JobSpec(input=os.path.join(args.workdir, "input"),
-                       checkpoint=os.path.join(args.workdir, f"checkpoint-{mode}"),
+                       checkpoint=f"{store}/checkpoint-{mode}", master=args.master,
                        sink=sink, name="demo", mode=mode, connect=args.connect)
         started = time.monotonic()
         crashes, runs = _run_with_crashes(spec, schedule, say)
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     for o in outcomes:
         say(f"{o.label:<24}{o.crashes:>8}{o.runs:>6}{o.input:>8}{o.output:>8}"
             f"{o.duplicates:>12}{o.missing:>9}{o.seconds:>9.1f}")
-    say(f"inspect: sparkeos status {os.path.join(args.workdir, 'checkpoint-exactly_once')}")
+    say(f"inspect: sparkeos status {store}/checkpoint-exactly_once")
     eo = outcomes[-1]
     if eo.duplicates == 0 and eo.missing == 0 and eo.output == eo.input and eo.crashes >= 1:
         say(f"exactly-once: verified input={eo.input} output={eo.output} duplicates=0 missing=0")
@@ -141,6 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     say(f"exactly-once: FAILED input={eo.input} output={eo.output} duplicates={eo.duplicates} "
         f"missing={eo.missing} crashes={eo.crashes}")
     return 1
+
+
+def _fresh_store(uri: str) -> str:
+    """``uri`` emptied (the demo's outputs and checkpoints only)."""
+    from sparkeos.core.files import split_uri
+
+    files, path = split_uri(uri)
+    files.delete(path)
+    files.makedirs(path)
+    return files.uri(path)
 
 
 if __name__ == "__main__":

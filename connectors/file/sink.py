@@ -1,4 +1,5 @@
-"""Exactly-once file sink: JSON Lines or Parquet part files in one directory.
+"""Exactly-once file sink: JSON Lines or Parquet part files in one directory, on a
+local or shared POSIX path or on HDFS (``hdfs://``, ``webhdfs://``; ``core.files``).
 
 Phase 1: a task attempt writes its part file under a hidden staging directory of its
 own, ``<path>/.sparkeos-staging/<attempt txn id>/``, and fsyncs it (prepare).
@@ -13,15 +14,22 @@ are skipped by Spark, pandas and pyarrow readers.
 Concurrent attempts (speculation, zombies) stage under distinct attempt IDs, and only
 the attempt named by ``decided(N)`` is ever linked into place; files of any other
 attempt stay hidden until a sweep removes them.
+
+On HDFS a task writes its part file on its own local disk, then uploads it whole into
+its staging directory at prepare (``CREATE`` that fails on an existing file), and the
+commit is HDFS's ``rename``, which is atomic and never replaces an existing file: the
+same guarantees as ``link``.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import posixpath
 import re
 import shutil
 import socket
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +37,9 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError, DataLossError
+from sparkeos.core.files import Files, split_uri
 from sparkeos.core.fsutil import (
     claim_dir,
-    fsync_path,
     mark_driver_dir,
     require_shared,
     require_writable_dir,
@@ -52,14 +60,19 @@ _PART = re.compile(r"^part-([^-]+)-(.+)-(\d{10})-(\d{5})\.(?:parquet|jsonl)$")
 class _Staged:
     txn: Transaction
     directory: str
+    """The attempt's staging directory, in the sink's file system."""
     file_name: str
+    local_dir: str
+    """Where the part file is written: ``directory`` itself on a POSIX path, a
+    temporary directory on this host for HDFS (uploaded at prepare)."""
     writer: Any = None
     rows: int = 0
 
 
 @dataclass(frozen=True)
 class FileSink(TransactionalSink[_Staged]):
-    """Write each batch as part files into ``path`` (a local or shared POSIX directory).
+    """Write each batch as part files into ``path``: a local or shared POSIX directory,
+    or an HDFS URI (``hdfs://namenode:8020/out`` or ``webhdfs://namenode:9870/out``).
 
     ``format``: ``"parquet"`` (default) or ``"jsonl"``. ``compression``: Parquet codec.
     ``fsync``: make staged files durable before prepare returns (disable only for
@@ -74,11 +87,11 @@ class FileSink(TransactionalSink[_Staged]):
     def __post_init__(self) -> None:
         if not self.path:
             raise ConfigurationError("FileSink needs a path", fix="FileSink(path='/data/out')")
-        if "://" in self.path and not self.path.startswith("file://"):
-            raise ConfigurationError(
-                f"FileSink writes to POSIX paths; {self.path!r} is a URI",
-                fix="mount the storage locally, or use a sink for that system",
-            )
+        # Resolved here, on the driver, and pickled with the sink: tasks reach the same
+        # file system whatever their environment (e.g. SPARKEOS_WEBHDFS_PORT).
+        files, root = split_uri(self.path)
+        object.__setattr__(self, "_files", files)
+        object.__setattr__(self, "_root", root)
         if self.format not in FORMATS:
             raise ConfigurationError(
                 f"unknown file format {self.format!r}",
@@ -86,8 +99,19 @@ class FileSink(TransactionalSink[_Staged]):
             )
 
     @property
+    def files(self) -> Files:
+        files: Files = self.__dict__["_files"]
+        return files
+
+    @property
     def directory(self) -> str:
-        return os.path.abspath(self.path.removeprefix("file://"))
+        """The output directory: a local path, or the full URI on HDFS."""
+        return self.files.uri(self._root_path)
+
+    @property
+    def _root_path(self) -> str:
+        root: str = self.__dict__["_root"]
+        return root
 
     def identity(self) -> dict[str, Any]:
         return {"path": self.directory, "format": self.format}
@@ -99,20 +123,21 @@ class FileSink(TransactionalSink[_Staged]):
         return ()
 
     def validate(self, schema: pa.Schema) -> None:
-        staging = os.path.join(self.directory, STAGING_DIR)
+        staging = self._staging_root()
         require_writable_dir(
             staging, f"output directory {self.directory}",
             "create the directory and give the Spark user write access, or choose another "
-            "path",
+            "path", self.files,
         )
-        mark_driver_dir(staging)
+        mark_driver_dir(staging, self.files)
 
     # -- phase 1 -------------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Staged:
-        require_shared(os.path.join(self.directory, STAGING_DIR),
-                       f"output directory {self.directory}", txn)
-        return _Staged(txn, claim_dir(self._txn_dir(txn.txn_id), txn),
-                       self._final_name(txn))
+        files = self.files
+        require_shared(self._staging_root(), f"output directory {self.directory}", txn, files)
+        directory = claim_dir(self._txn_dir(txn.txn_id), txn, files)
+        local_dir = directory if files.is_local else tempfile.mkdtemp(prefix="sparkeos-part-")
+        return _Staged(txn, directory, self._final_name(txn), local_dir)
 
     def write(self, handle: _Staged, batch: pa.RecordBatch) -> None:
         if handle.writer is None:
@@ -127,10 +152,15 @@ class FileSink(TransactionalSink[_Staged]):
         if handle.writer is None:
             return {"file": None, "rows": 0}
         handle.writer.close()
-        staged = os.path.join(handle.directory, handle.file_name)
-        if self.fsync:
-            fsync_path(staged)
-            fsync_path(handle.directory)
+        files, staged = self.files, posixpath.join(handle.directory, handle.file_name)
+        if handle.local_dir != handle.directory:
+            try:
+                files.upload_new(os.path.join(handle.local_dir, handle.file_name), staged)
+            finally:
+                shutil.rmtree(handle.local_dir, ignore_errors=True)
+        elif self.fsync:
+            files.make_durable(staged)
+            files.make_durable(handle.directory)
         return {"file": handle.file_name, "rows": handle.rows, "host": socket.gethostname()}
 
     def abort(self, handle: _Staged, txn: Transaction) -> None:
@@ -139,26 +169,29 @@ class FileSink(TransactionalSink[_Staged]):
                 handle.writer.close()
             except Exception:
                 pass
-        shutil.rmtree(handle.directory, ignore_errors=True)
+        if handle.local_dir != handle.directory:
+            shutil.rmtree(handle.local_dir, ignore_errors=True)
+        self.files.delete(handle.directory)
 
     # -- phase 2 / recovery -------------------------------------------------------------------
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
         name = receipt.get("file")
+        files = self.files
         if name:
-            staged = os.path.join(self._txn_dir(txn.txn_id), name)
-            final = os.path.join(self.directory, name)
-            if not os.path.exists(final):
+            staged = posixpath.join(self._txn_dir(txn.txn_id), name)
+            final = posixpath.join(self._root_path, name)
+            if not files.exists(final):
                 try:
-                    # rename() replaces silently, link() does not: a zombie can never
-                    # overwrite a committed file.
-                    os.link(staged, final)
+                    # Never over an existing file: a zombie can never overwrite a
+                    # committed one.
+                    files.publish(staged, final)
                 except FileExistsError:
                     pass
                 except FileNotFoundError:
                     staged_on = receipt.get("host")
                     if staged_on and staged_on != socket.gethostname():
                         raise ConfigurationError(
-                            f"staged file {staged} was written on host {staged_on}, but "
+                            f"staged file {files.uri(staged)} was written on host {staged_on}, but "
                             f"the commit runs on {socket.gethostname()}, where it does not "
                             "exist: the output directory is not shared",
                             sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
@@ -167,24 +200,24 @@ class FileSink(TransactionalSink[_Staged]):
                             "is decided and is committed then",
                         ) from None
                     raise DataLossError(
-                        f"staged file {staged} of a decided transaction is gone and {final} "
-                        "does not exist",
+                        f"staged file {files.uri(staged)} of a decided transaction is gone "
+                        f"and {files.uri(final)} does not exist",
                         sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
                         fix="something deleted the hidden staging directory; restore it from "
                         "a backup, or re-process this batch from the source",
                     ) from None
                 if self.fsync:
-                    fsync_path(self.directory)
-        shutil.rmtree(self._txn_dir(txn.txn_id), ignore_errors=True)
+                    files.make_durable(self._root_path)
+        files.delete(self._txn_dir(txn.txn_id))
 
     def rollback(self, txn: Transaction) -> None:
-        shutil.rmtree(self._txn_dir(txn.txn_id), ignore_errors=True)
+        self.files.delete(self._txn_dir(txn.txn_id))
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
         """One listing of the staging directory instead of one call per possible ID."""
         for name in staged_attempts(self.path, ranges):
             if name not in keep:
-                shutil.rmtree(self._txn_dir(name), ignore_errors=True)
+                self.files.delete(self._txn_dir(name))
 
     def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
         others: dict[str, int] = {}
@@ -199,19 +232,21 @@ class FileSink(TransactionalSink[_Staged]):
             f"{key} (batches up to {last})" for key, last in sorted(others.items()))
 
     def probe(self, txn: Transaction) -> TxnState:
-        directory = self._txn_dir(txn.txn_id)
-        staged = os.path.join(directory, self._final_name(txn))
-        if os.path.exists(staged):
+        files, directory = self.files, self._txn_dir(txn.txn_id)
+        if files.exists(posixpath.join(directory, self._final_name(txn))):
             return TxnState.PREPARED
-        if os.path.isdir(directory):
+        if files.isdir(directory):
             return TxnState.OPEN
-        if os.path.exists(os.path.join(self.directory, self._final_name(txn))):
+        if files.exists(posixpath.join(self._root_path, self._final_name(txn))):
             return TxnState.COMMITTED
         return TxnState.ABSENT
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _staging_root(self) -> str:
+        return posixpath.join(self._root_path, STAGING_DIR)
+
     def _txn_dir(self, txn_id: str) -> str:
-        return os.path.join(self.directory, STAGING_DIR, txn_id)
+        return posixpath.join(self._staging_root(), txn_id)
 
     def _final_name(self, txn: Transaction) -> str:
         # The sink name keeps two sinks of one query apart in a shared directory.
@@ -219,7 +254,7 @@ class FileSink(TransactionalSink[_Staged]):
                 f"{FORMATS[self.format]}")
 
     def _open_writer(self, handle: _Staged, schema: pa.Schema) -> Any:
-        target = os.path.join(handle.directory, handle.file_name)
+        target = os.path.join(handle.local_dir, handle.file_name)
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -294,14 +329,10 @@ def staged_attempts(path: str, ranges: Sequence[AttemptRange]) -> list[str]:
     """The attempt IDs staged under ``path`` that ``ranges`` cover."""
     if not ranges:
         return []
-    root = os.path.join(os.path.abspath(path.removeprefix("file://")), STAGING_DIR)
+    files, root = split_uri(path)
     pool = TransactionPool(ranges[0].query_key, ranges[0].sink)
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return []
     found = []
-    for name in names:
+    for name in files.listdir(posixpath.join(root, STAGING_DIR)):
         txn = pool.parse(name)
         if txn is not None and any(r.covers(txn) for r in ranges):
             found.append(name)
@@ -309,14 +340,13 @@ def staged_attempts(path: str, ranges: Sequence[AttemptRange]) -> list[str]:
 
 
 def committed_files(path: str, format: str = "parquet") -> list[str]:
-    """The committed part files of a FileSink directory (staging is never included)."""
-    directory = os.path.abspath(path.removeprefix("file://"))
-    if not os.path.isdir(directory):
-        return []
+    """The committed part files of a FileSink directory (staging is never included):
+    local paths, or full URIs on HDFS."""
+    files, root = split_uri(path)
     ext = FORMATS[format]
     return sorted(
-        os.path.join(directory, name)
-        for name in os.listdir(directory)
+        files.uri(posixpath.join(root, name))
+        for name in files.listdir(root)
         if name.startswith("part-") and name.endswith(ext)
     )
 
@@ -325,14 +355,16 @@ def read_output(path: str, format: str = "parquet") -> pa.Table:
     """Read every committed row of a FileSink directory into one Arrow table."""
     tables = []
     for file in committed_files(path, format):
+        files, inside = split_uri(file)
+        source = pa.BufferReader(files.read(inside)) if not files.is_local else file
         if format == "parquet":
             import pyarrow.parquet as pq
 
-            tables.append(pq.read_table(file))
+            tables.append(pq.read_table(source))
         else:
             import pyarrow.json as pj
 
-            tables.append(pj.read_json(file))
+            tables.append(pj.read_json(source))
     if not tables:
         return pa.table({})
     return pa.concat_tables(tables, promote_options="default")

@@ -59,11 +59,12 @@ on the outage being short.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import posixpath
 import re
-import shutil
 import socket
 import threading
 import time
@@ -80,6 +81,7 @@ from sparkeos.core.errors import (
     RetriableError,
     SparkEOSError,
 )
+from sparkeos.core.files import resolve_location
 from sparkeos.core.protocol import (
     CommitLocation,
     Receipt,
@@ -106,6 +108,8 @@ from .errors import (
 MODES = ("staged", "direct")
 STAGED_FILE = "records.arrow"
 STAGING_ENV = "SPARKEOS_KAFKA_STAGING_DIR"
+CHECKPOINT_STAGING = "sparkeos-staging"
+"""The default staging directory: ``<checkpointLocation>/sparkeos-staging/<sink name>``."""
 DEFAULT_MARKER_TOPIC = "sparkeos-markers"
 DEFAULT_MARKER_GROUP_PREFIX = "sparkeos-marker."
 MARKER_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
@@ -123,7 +127,8 @@ T = TypeVar("T")
 
 
 def default_staging_dir() -> str:
-    """``$SPARKEOS_KAFKA_STAGING_DIR``, else ``~/.sparkeos/kafka-staging``."""
+    """Where a sink not bound to a checkpoint stages (runners without Spark):
+    ``$SPARKEOS_KAFKA_STAGING_DIR``, else ``~/.sparkeos/kafka-staging``."""
     return default_dir(STAGING_ENV, "kafka-staging")
 
 
@@ -132,6 +137,9 @@ class _Handle:
     txn: Transaction
     rows: int = 0
     directory: str | None = None
+    local_file: str | None = None
+    """Where the staged file is written on this host (in ``directory`` on a POSIX
+    staging_dir; a temporary file uploaded at prepare on HDFS)."""
     file: Any = None
     writer: Any = None
     producer: Any = None
@@ -157,11 +165,13 @@ class KafkaSink(TransactionalSink[_Handle]):
     log. ``bootstrap.servers``, ``transactional.id``, ``transaction.timeout.ms``,
     ``enable.idempotence`` and consumer keys are set by the sink (see the fields).
 
-    ``staging_dir``: where staged mode keeps prepared batches; it must be a directory
-    every executor can read and write at the same path (a shared mount on a cluster).
-    Default ``$SPARKEOS_KAFKA_STAGING_DIR`` or ``~/.sparkeos/kafka-staging`` resolved on
-    the driver (fine for ``local[*]`` Spark). ``fsync``: make staged files durable
-    before prepare returns (turn off only for throw-away data).
+    ``staging_dir``: where staged mode keeps prepared batches: a path every executor
+    reads and writes the same (a shared mount) or an HDFS URI (``hdfs://``,
+    ``webhdfs://``). Default ``$SPARKEOS_KAFKA_STAGING_DIR``, else
+    ``<checkpointLocation>/sparkeos-staging/<sink name>``: the query's checkpoint is
+    shared by every driver restart and, on a cluster, by every executor. ``fsync``:
+    make staged files durable before prepare returns (turn off only for throw-away
+    data).
 
     ``transaction_timeout_ms``: ``transaction.timeout.ms`` of the producers; checked
     against the broker's ``transaction.max.timeout.ms`` before the first batch. A Kafka
@@ -243,9 +253,9 @@ class KafkaSink(TransactionalSink[_Handle]):
                 fix="use letters, digits, '.', '_' and '-'",
             )
         if self.mode == "staged":
-            staging = self.staging_dir or default_staging_dir()
-            object.__setattr__(self, "staging_dir",
-                               os.path.abspath(os.path.expanduser(staging)))
+            staging = self.staging_dir or os.environ.get(STAGING_ENV)
+            if staging:
+                object.__setattr__(self, "staging_dir", resolve_location(staging))
         else:
             # Direct mode commits in phase 1: the coordinator's exactly-once contract
             # (nothing visible before the decision) cannot hold.
@@ -507,8 +517,8 @@ class KafkaSink(TransactionalSink[_Handle]):
             handle.topics.update(topics)
         if handle.directory is not None:
             if handle.writer is None:
-                path = os.path.join(handle.directory, STAGED_FILE)
-                handle.file = pa.OSFile(path, "wb")
+                handle.local_file = self.staging.writable_file(handle.directory, STAGED_FILE)
+                handle.file = pa.OSFile(handle.local_file, "wb")
                 handle.writer = pa.ipc.new_file(handle.file, records.schema)
             handle.writer.write_batch(records)
             return
@@ -522,17 +532,16 @@ class KafkaSink(TransactionalSink[_Handle]):
         txn = handle.txn
         self.require_topics(sorted(handle.topics), txn)
         if handle.directory is not None:
-            if handle.writer is None:
-                shutil.rmtree(handle.directory, ignore_errors=True)
+            if handle.writer is None or handle.local_file is None:
+                self.staging.discard(handle.directory, None)
                 return {"mode": "staged", "file": None, "rows": 0}
             handle.writer.close()
             handle.file.close()
-            path = os.path.join(handle.directory, STAGED_FILE)
-            if self.fsync:
-                self.staging.make_durable(path)
-            return {"mode": "staged", "rows": handle.rows, "bytes": os.path.getsize(path),
-                    "file": self.staging.relative(path),
-                    "host": socket.gethostname()}
+            size = os.path.getsize(handle.local_file)
+            relative = self.staging.seal(handle.directory, STAGED_FILE, handle.local_file,
+                                         self.fsync)
+            return {"mode": "staged", "rows": handle.rows, "bytes": size,
+                    "file": relative, "host": socket.gethostname()}
         if handle.skipped:
             return {"mode": "direct", "rows": handle.rows, "skipped": True}
         producer, handle.producer = handle.producer, None
@@ -554,7 +563,7 @@ class KafkaSink(TransactionalSink[_Handle]):
                 except Exception:
                     pass
         if handle.directory is not None:
-            shutil.rmtree(handle.directory, ignore_errors=True)
+            self.staging.discard(handle.directory, handle.local_file)
         if handle.producer is not None:
             producer, handle.producer = handle.producer, None
             _abort_quietly(producer, self.timeout_s)
@@ -601,7 +610,7 @@ class KafkaSink(TransactionalSink[_Handle]):
                 return  # committed before (an earlier attempt or run): idempotent
             path = self._staged_path(txn, receipt)
             producer.begin_transaction()
-            with pa.memory_map(path) as source:
+            with self.staging.open_staged(path) as source:
                 reader = pa.ipc.open_file(source)
                 for i in range(reader.num_record_batches):
                     self._produce(producer, reader.get_batch(i), txn)
@@ -628,9 +637,9 @@ class KafkaSink(TransactionalSink[_Handle]):
 
     def probe(self, txn: Transaction) -> TxnState:
         if self.mode == "staged":
-            if os.path.exists(os.path.join(self._txn_dir(txn), STAGED_FILE)):
+            if self.staging.has_file(txn, STAGED_FILE):
                 return TxnState.PREPARED
-            if os.path.isdir(self._txn_dir(txn)):
+            if self.staging.is_claimed(txn):
                 return TxnState.OPEN
         if self._committed_batch(txn, DRIVER) >= txn.batch_id:
             return TxnState.COMMITTED
@@ -775,15 +784,20 @@ class KafkaSink(TransactionalSink[_Handle]):
                          action=action, transactional_id=self.transactional_id(txn))
 
     # -- staging helpers ------------------------------------------------------------------------
+    def for_checkpoint(self, location: str, sink_name: str) -> KafkaSink:
+        """Staged mode without a ``staging_dir``: stage under the query's checkpoint,
+        which every driver restart finds and a cluster shares by construction."""
+        if self.mode != "staged" or self.staging_dir:
+            return self
+        return dataclasses.replace(
+            self, staging_dir=f"{location.rstrip('/')}/{CHECKPOINT_STAGING}/{sink_name}")
+
     @property
     def staging(self) -> StagingArea:
-        assert self.staging_dir is not None
-        return StagingArea(self.staging_dir, prefix=self.transactional_id_prefix,
+        # Unbound (a runner without a checkpoint, e.g. in-process tests): this host's dir.
+        return StagingArea(self.staging_dir or default_staging_dir(),
+                           prefix=self.transactional_id_prefix,
                            setting=f"KafkaSink(staging_dir=...) / ${STAGING_ENV}")
-
-    def _txn_dir(self, txn: Transaction) -> str:
-        """The attempt's own staging directory."""
-        return self.staging.txn_dir(txn)
 
     def _delete_staged(self, txn: Transaction) -> None:
         self.staging.delete(txn)
@@ -792,7 +806,7 @@ class KafkaSink(TransactionalSink[_Handle]):
         path = self.staging.staged_file(txn, receipt, self.transactional_id(txn))
         if path is not None:
             return path
-        path = os.path.join(self.staging.root, str(receipt["file"]))
+        path = self.staging.files.uri(posixpath.join(self.staging.path, str(receipt["file"])))
         raise DataLossError(
             f"staged file {path} of a decided transaction is gone and the marker shows the "
             "transaction as not committed",

@@ -45,7 +45,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import socket
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -189,7 +188,15 @@ class StompSink(TransactionalSink[_Handle]):
         object.__setattr__(self, "connect_headers", dict(self.connect_headers))
         object.__setattr__(self, "heartbeats", tuple(self.heartbeats))
         staging = self.staging_dir or default_staging_dir()
-        object.__setattr__(self, "staging_dir", os.path.abspath(os.path.expanduser(staging)))
+        if "://" in staging and not staging.startswith("file://"):
+            # The PUBLISHED records beside the staged files are POSIX files.
+            raise ConfigurationError(
+                f"StompSink stages on POSIX paths; staging_dir {staging!r} is a URI",
+                fix="give a local directory (local Spark) or a shared mount every "
+                "executor reaches at the same path (a cluster)",
+            )
+        object.__setattr__(self, "staging_dir", os.path.abspath(os.path.expanduser(
+            staging.removeprefix("file://"))))
         object.__setattr__(self, "_endpoint", endpoint)
         if self.duplicate_detection == "none":
             object.__setattr__(self, "guarantees",
@@ -321,7 +328,8 @@ class StompSink(TransactionalSink[_Handle]):
             name = str(self.destination)
             handle.destinations[name] = handle.destinations.get(name, 0) + records.num_rows
         if handle.writer is None:
-            handle.file = pa.OSFile(os.path.join(handle.directory, STAGED_FILE), "wb")
+            handle.file = pa.OSFile(self.staging.writable_file(handle.directory, STAGED_FILE),
+                                    "wb")
             handle.writer = pa.ipc.new_file(handle.file, records.schema)
         handle.writer.write_batch(records)
 
@@ -331,10 +339,9 @@ class StompSink(TransactionalSink[_Handle]):
             return {"file": None, "rows": 0}
         handle.writer.close()
         handle.file.close()
-        path = os.path.join(handle.directory, STAGED_FILE)
-        if self.fsync:
-            self.staging.make_durable(path)
-        return {"file": self.staging.relative(path), "rows": handle.rows,
+        relative = self.staging.seal(handle.directory, STAGED_FILE,
+                                     os.path.join(handle.directory, STAGED_FILE), self.fsync)
+        return {"file": relative, "rows": handle.rows,
                 "destinations": handle.destinations, "host": socket.gethostname()}
 
     def abort(self, handle: _Handle, txn: Transaction) -> None:
@@ -342,7 +349,7 @@ class StompSink(TransactionalSink[_Handle]):
             if closable is not None:
                 with contextlib.suppress(Exception):
                     closable.close()
-        shutil.rmtree(handle.directory, ignore_errors=True)
+        self.staging.discard(handle.directory, None)
 
     # -- phase 2 / recovery ---------------------------------------------------------------------
     def commit(self, txn: Transaction, receipt: Receipt) -> None:

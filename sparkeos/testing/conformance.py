@@ -434,11 +434,33 @@ def _attempt_quietly(fn: Callable[[], Any]) -> None:
 
 
 CONNECT_CASES = frozenset({"test_end_to_end_several_batches", "test_driver_crash_then_restart"})
-CONNECT_DRIVER_POINTS = ("after_all_prepared", "kill_driver_after_first_prepare",
+SAMPLED_DRIVER_POINTS = ("after_all_prepared", "kill_driver_after_first_prepare",
                          "after_decided", "after_first_commit")
 """A kill before the decision, one from a task, one between the decision and the
-commits and one among the commits: each way a Connect job can die. The protocol code
-is the same in both modes, and classic mode runs every point."""
+commits and one among the commits: each way a job can die. Variants of a suite that
+change where the job runs or stores its state (Spark Connect, HDFS) run these; the
+protocol code is the same, and the plain suite runs every point."""
+
+
+class SampledConformance:
+    """Put first in the bases of a variant of a connector's conformance class (the same
+    sink on other storage, e.g. HDFS) to run every in-process case but only a sample
+    of the Spark jobs: end to end, ``SAMPLED_DRIVER_POINTS``, a task retry after
+    prepare and speculation. The plain-writer and no-retry cases are left out: they
+    say nothing about where the state lives."""
+
+    test_plain_foreachbatch_duplicates_under_the_same_crash = None
+    test_failed_task_without_retries_aborts_the_batch = None
+
+    @pytest.mark.chaos
+    @pytest.mark.parametrize("point", SAMPLED_DRIVER_POINTS)
+    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
+        super().test_driver_crash_then_restart(workdir, point)  # type: ignore[misc]
+
+    @pytest.mark.chaos
+    @pytest.mark.parametrize("point", ["task_fail_after_prepare"])
+    def test_task_retry_reuses_the_transaction_id(self, workdir: str, point: str) -> None:
+        super().test_task_retry_reuses_the_transaction_id(workdir, point)  # type: ignore[misc]
 
 
 class ConnectConformance:
@@ -452,7 +474,7 @@ class ConnectConformance:
     pytestmark = [pytest.mark.connect]
 
     @pytest.mark.chaos
-    @pytest.mark.parametrize("point", CONNECT_DRIVER_POINTS)
+    @pytest.mark.parametrize("point", SAMPLED_DRIVER_POINTS)
     def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
         super().test_driver_crash_then_restart(workdir, point)  # type: ignore[misc]
 

@@ -120,8 +120,10 @@ def crash_after_write(write: Callable[[Any, int], None]) -> Callable[[Any, int],
 def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 300.0,
                     env: dict[str, str] | None = None) -> JobResult:
     """Run the job in a child process (own process group, killed whole afterwards)."""
-    return run_spec_process("sparkeos.testing.job", asdict(spec), spec.checkpoint + ".spec.json",
-                            fault, timeout, env)
+    # Beside a local checkpoint, else beside the (always local) input.
+    spec_path = (spec.checkpoint + ".spec.json" if "://" not in spec.checkpoint
+                 else os.path.join(os.path.dirname(spec.input), f"job-{spec.mode}.spec.json"))
+    return run_spec_process("sparkeos.testing.job", asdict(spec), spec_path, fault, timeout, env)
 
 
 def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,

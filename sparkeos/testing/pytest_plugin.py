@@ -7,7 +7,8 @@ suite with no ``pytest.ini``:
 
 Markers it registers: ``spark`` (needs Java and pyspark), ``chaos`` (kills and
 restarts Spark driver processes: slow), ``speculation`` (runs on a local Spark
-standalone cluster). Fixture: ``spark_cluster``, the master URL of a standalone cluster
+standalone cluster), ``connect`` (through Spark Connect), ``hdfs`` (on a real HDFS).
+Fixture: ``spark_cluster``, the master URL of a standalone cluster
 (a master and two workers on 127.0.0.2 / 127.0.0.3) started once per session and
 stopped at the end if the session started it.
 """
@@ -27,6 +28,8 @@ MARKERS = {
                    "attempts; deselect with -m 'not speculation'",
     "connect": "runs its Spark jobs through Spark Connect (a local Connect server per "
                "job); deselect with -m 'not connect'",
+    "hdfs": "puts checkpoints, commit logs and output on a real HDFS (NameNode and "
+            "DataNode as local processes); deselect with -m 'not hdfs'",
 }
 
 

@@ -84,5 +84,12 @@ def test_file_uri_and_location_layout(tmp_path):
 
 
 def test_remote_uri_without_spark_is_refused():
-    with pytest.raises(CommitLogError, match="non-local"):
+    with pytest.raises(CommitLogError, match="only through Spark's JVM"):
         open_store("s3a://bucket/ckpt/sparkeos/x")
+
+
+def test_hdfs_without_spark_is_reached_from_python():
+    from sparkeos.core.commitlog import FilesStore
+
+    assert isinstance(open_store("hdfs://nn:8020/ckpt/sparkeos/x"), FilesStore)
+    assert isinstance(open_store("webhdfs://nn:9870/ckpt/sparkeos/x"), FilesStore)

@@ -57,11 +57,13 @@ def test_the_sweep_keeps_the_decided_and_what_it_does_not_cover(tmp_path: Any) -
 def test_a_staged_file_is_found_or_explained(tmp_path: Any) -> None:
     staging = area(tmp_path)
     txn = TransactionPool("q1", "s").transaction(0, 0, 0, 0)
-    path = os.path.join(staging.claim(txn), "records.arrow")
+    directory = staging.claim(txn)
+    path = staging.writable_file(directory, "records.arrow")
+    assert path == os.path.join(directory, "records.arrow")  # in place on POSIX
     with open(path, "wb") as fh:
         fh.write(b"x")
-    staging.make_durable(path)
-    receipt = {"file": staging.relative(path), "host": socket.gethostname()}
+    receipt = {"file": staging.seal(directory, "records.arrow", path, fsync=True),
+               "host": socket.gethostname()}
     assert staging.staged_file(txn, receipt, txn.txn_id) == path
     staging.delete(txn)
     assert staging.staged_file(txn, receipt, txn.txn_id) is None  # the caller decides

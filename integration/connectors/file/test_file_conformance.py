@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
+from integration.fixtures.hdfs import CheckpointOnHdfs
 from sparkeos.connectors.file import read_output
 from sparkeos.connectors.file.sink import STAGING_DIR
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
     ConnectConformance,
     ConnectorConformance,
+    SampledConformance,
     assert_exactly_once,
 )
 from sparkeos.testing.job import JobSpec, run_job_process, write_input
@@ -65,3 +67,21 @@ def test_driver_kills_with_batches_coalesced_to_the_writers(tmp_path: Any) -> No
     for state in states.batches().values():
         if state.decided is not None:
             assert len(state.decided["participants"]) <= 2
+
+
+@pytest.mark.hdfs
+class TestFileSinkHdfs(SampledConformance, CheckpointOnHdfs, TestFileSinkParquet):
+    """The file sink with its output, the query's checkpoint and so the commit log on a
+    real HDFS: staging and commits through WebHDFS, Spark's checkpoint and the commit
+    log through Hadoop's own client."""
+
+    def output(self, workdir: str) -> str:
+        return f"{self.hdfs_dir}/output"
+
+    def leftovers(self, workdir: str) -> list[str] | None:
+        return self.hdfs_names(f"{self.output(workdir)}/{STAGING_DIR}")
+
+
+@pytest.mark.hdfs
+class TestFileSinkHdfsConnect(ConnectConformance, TestFileSinkHdfs):
+    """On HDFS through Spark Connect: the commit log reached from Python (WebHDFS)."""

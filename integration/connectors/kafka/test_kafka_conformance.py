@@ -12,8 +12,16 @@ from typing import Any
 
 import pytest
 
+from integration.fixtures.hdfs import CheckpointOnHdfs
 from sparkeos.connectors.kafka import read_topic
-from sparkeos.testing.conformance import ConnectConformance, ConnectorConformance
+from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
+from sparkeos.testing.conformance import (
+    ConnectConformance,
+    ConnectorConformance,
+    SampledConformance,
+    assert_exactly_once,
+)
+from sparkeos.testing.job import JobSpec, run_job_process, write_input
 
 from .conftest import create_topic, unique_name
 
@@ -52,3 +60,41 @@ class TestKafkaSinkStaged(ConnectorConformance):
 class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
     """The staged Kafka sink through Spark Connect: end to end, and the driver
     killed."""
+
+
+@pytest.mark.hdfs
+class TestKafkaSinkStagedHdfs(SampledConformance, CheckpointOnHdfs, TestKafkaSinkStaged):
+    """Staging, the query's checkpoint and the commit log on a real HDFS: phase 1
+    uploads each attempt's staged file, phase 2 (in other Spark tasks) reads it back
+    through WebHDFS."""
+
+    def sink_spec(self, workdir: str) -> dict[str, Any]:
+        spec = super().sink_spec(workdir)
+        return {**spec, "kwargs": {**spec["kwargs"], "staging_dir": self.staging(workdir)}}
+
+    def staging(self, workdir: str) -> str:
+        return f"{self.hdfs_dir}/staging"
+
+    def leftovers(self, workdir: str) -> list[str] | None:
+        return self.hdfs_names(self.staging(workdir))
+
+
+def test_staging_defaults_to_the_query_checkpoint(kafka_bootstrap: str, tmp_path: Any) -> None:
+    """Without staging_dir, a staged sink stages under <checkpoint>/sparkeos-staging/<sink
+    name>/ (shared wherever the checkpoint is), and the commit log records that path."""
+    topic = unique_name(str(tmp_path))
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    expected = write_input(str(tmp_path / "input"), [list(range(0, 20)), list(range(20, 40))])
+    spec = JobSpec(input=str(tmp_path / "input"), checkpoint=str(tmp_path / "checkpoint"),
+                   sink={"factory": "sparkeos.connectors.kafka:KafkaSink",
+                         "kwargs": {"bootstrap_servers": kafka_bootstrap, "topic": topic,
+                                    "transactional_id_prefix": unique_name(topic, "t") + "-"}},
+                   name="orders")
+    result = run_job_process(spec, env={"SPARKEOS_KAFKA_STAGING_DIR": ""})
+    assert result.returncode == 0, result.tail()
+    visible = [int(json.loads(m.value())["id"]) for m in read_topic(kafka_bootstrap, topic)]
+    assert_exactly_once(visible, expected)
+    staging = tmp_path / "checkpoint" / "sparkeos-staging" / "orders"
+    assert (staging / ".driver-writes-here").exists(), "the sink did not stage there"
+    log = CommitLog(open_store(sink_log_location(spec.checkpoint, "orders")))
+    assert log.read_meta()["description"]["staging_dir"] == str(staging)

@@ -124,8 +124,13 @@ def test_validate_refuses_an_unwritable_directory(tmp_path):
 def test_config_is_validated_at_construction():
     with pytest.raises(ConfigurationError, match="needs a path"):
         FileSink("")
-    with pytest.raises(ConfigurationError, match="is a URI"):
+    with pytest.raises(ConfigurationError, match=r"object store.*overwrites"):
         FileSink("s3://bucket/out")
+    with pytest.raises(ConfigurationError, match="cannot write files on ftp://"):
+        FileSink("ftp://host/out")
+    with pytest.raises(ConfigurationError, match="names no NameNode"):
+        FileSink("hdfs:///out")
+    assert FileSink("webhdfs://nn:9870/out/").directory == "webhdfs://nn:9870/out"
     assert FileSink("/tmp/x").describe() == {"path": "/tmp/x", "format": "parquet",
                                              "compression": "snappy", "fsync": True}
 
