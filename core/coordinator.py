@@ -142,8 +142,8 @@ class PrepareTask:
         self.faults.before_begin(self.batch_id, partition, attempt.attempt_number)
         started = time.perf_counter()
         written = _write_transaction(self.sink, txn, batches)
-        self.faults.task("task_fail_before_prepare", self.batch_id, partition,
-                         attempt.attempt_number)
+        for point in ("task_fail_before_prepare", "kill_executor_before_prepare"):
+            self.faults.task(point, self.batch_id, partition, attempt.attempt_number)
         try:
             receipt = self.sink.prepare(written.handle)
         except Exception:
@@ -206,7 +206,20 @@ class CommitTask:
         if self.in_task:
             # The driver-side point, reached from the task that committed first.
             self.faults.task("after_first_commit", txn.batch_id, txn.partition, 0)
+            self.faults.task("kill_executor_after_commit", txn.batch_id, txn.partition,
+                             _spark_attempt_number())
         return txn.partition
+
+
+def _spark_attempt_number() -> int:
+    """The running Spark task's attempt number (0 outside a Spark task)."""
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+    except ImportError:
+        return 0
+    return context.attemptNumber() if context is not None else 0
 
 
 @dataclass

@@ -14,7 +14,16 @@ Driver points kill the driver process (``os._exit``), as a power cut would: no
   partition 0 kills the driver (for driver-committing sinks it is a driver point);
 * ``task_fail_before_prepare`` / ``task_fail_after_prepare``: the first attempt of
   partition 0's task dies (its worker exits), so Spark retries it (or fails the
-  job if the master allows no retries) under a new attempt ID.
+  job if the master allows no retries) under a new attempt ID;
+* ``kill_executor_before_prepare``: the first attempt of partition 0's phase-1 task has
+  written its rows, then SIGKILLs its executor's JVM (a lost worker), so the driver
+  loses the executor and Spark runs the task again elsewhere;
+* ``kill_executor_after_commit`` for sinks that commit in tasks: the first attempt of
+  the phase-2 task of partition 0 commits, then SIGKILLs its executor before its
+  result reaches the driver, so Spark runs the commit again elsewhere.
+
+The executor points need a cluster: under ``local[*]`` the executor is the driver's
+JVM, so they end the task's worker only (as ``task_fail_*``).
 
 Speculation scenarios (for a cluster with ``spark.speculation=true``) hold the first
 attempt of partition 0 back until Spark launched a speculative copy, without timing:
@@ -53,6 +62,7 @@ TASK_POINTS = (
     "task_fail_before_prepare",
     "task_fail_after_prepare",
 )
+EXECUTOR_POINTS = ("kill_executor_before_prepare", "kill_executor_after_commit")
 ALL_POINTS = DRIVER_POINTS + TASK_POINTS
 SPECULATION_POINTS = ("speculate_copy_wins", "speculate_original_wins")
 BARRIER_ENV = "SPARKEOS_FAULT_DIR"
@@ -101,7 +111,7 @@ class FaultPlan:
         if not spec:
             return cls()
         point, _, batch = spec.partition("@")
-        known = ALL_POINTS + SPECULATION_POINTS
+        known = ALL_POINTS + SPECULATION_POINTS + EXECUTOR_POINTS
         if point not in known:
             raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {known}")
         barrier = os.environ.get(BARRIER_ENV, "")
@@ -141,6 +151,15 @@ class FaultPlan:
                 self.kill_driver()
             os.kill(self.driver_pid, signal.SIGKILL)
             time.sleep(60)  # the JVM dies with the driver and takes this worker along
+        if point in EXECUTOR_POINTS:
+            executor = _executor_jvm()
+            if executor:
+                print(f"sparkeos fault injection: executor (pid {executor}) killed at "
+                      f"{point} batch {batch_id}", file=sys.stderr, flush=True)
+                if self.barrier_dir:  # the test's evidence (this stderr is the executor's)
+                    self._signal(f"executor-killed-{point}")
+                os.kill(executor, signal.SIGKILL)
+                time.sleep(60)  # the worker ends with its executor
         os._exit(CRASH_EXIT_CODE)
 
     # -- speculation scenarios ------------------------------------------------------------
@@ -176,6 +195,22 @@ class FaultPlan:
         deadline = time.monotonic() + BARRIER_WAIT_S
         while not os.path.exists(path) and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+def _executor_jvm() -> int:
+    """The PID of the executor JVM this Python worker serves (its nearest ancestor
+    running ``CoarseGrainedExecutorBackend``), 0 if there is none (local mode)."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"CoarseGrainedExecutorBackend" in fh.read():
+                    return pid
+            with open(f"/proc/{pid}/stat") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+    return 0
 
 
 SOURCE_ENV = "SPARKEOS_SOURCE_FAULT"

@@ -44,7 +44,7 @@ from sparkeos.core.faults import (
     InjectedCrash,
     InjectedTaskFailure,
 )
-from sparkeos.core.protocol import Transaction, TransactionalSink
+from sparkeos.core.protocol import CommitLocation, Transaction, TransactionalSink
 
 from .inprocess import ID_SCHEMA, ArrowRunner, ListRunner, id_batch, run_uncommitted
 from .job import JobResult, JobSpec, load_factory, run_job_process, write_input
@@ -442,20 +442,69 @@ change where the job runs or stores its state (Spark Connect, HDFS) run these; t
 protocol code is the same, and the plain suite runs every point."""
 
 
+class ClusterConformance:
+    """Put first in the bases of a connector's conformance class to run it on the local
+    Spark standalone cluster (fixture ``spark_cluster``: executors on two hosts of
+    their own) as well: the driver killed between the decision and the commits, then
+    restarted; and an executor lost (SIGKILL of its JVM) in the middle of phase 1
+    (``TaskCommitClusterConformance`` adds phase 2). Every id exactly once."""
+
+    @pytest.mark.cluster
+    @pytest.mark.chaos
+    def test_driver_crash_then_restart_on_a_cluster(self, workdir: str,
+                                                    spark_cluster: str) -> None:
+        suite: Any = self
+        expected = suite.prepare_input(workdir)
+        spec = suite.job(workdir, master=spark_cluster)
+        crashed = suite.run(spec, fault=f"after_decided@{CRASH_BATCH}")
+        assert crashed.crashed, f"fault after_decided did not fire:\n{crashed.tail()}"
+        suite.run_to_completion(spec)
+        assert_exactly_once(suite.visible_ids(workdir), expected)
+
+    @pytest.mark.cluster
+    @pytest.mark.chaos
+    def test_executor_lost_in_phase_1_on_a_cluster(self, workdir: str,
+                                                   spark_cluster: str) -> None:
+        self.executor_lost(workdir, spark_cluster, "kill_executor_before_prepare")
+
+    def executor_lost(self, workdir: str, spark_cluster: str, point: str) -> None:
+        suite: Any = self
+        expected = suite.prepare_input(workdir)
+        spec = suite.job(workdir, master=spark_cluster)
+        evidence = os.path.join(workdir, "faults")
+        result = suite.run(spec, fault=f"{point}@{CRASH_BATCH}", env={BARRIER_ENV: evidence})
+        assert os.path.exists(os.path.join(evidence, f"executor-killed-{point}")), (
+            f"{point} killed no executor:\n{result.tail()}")
+        if result.returncode != 0:  # Spark gave up on the batch: the query restarts
+            suite.run_to_completion(spec)
+        assert_exactly_once(suite.visible_ids(workdir), expected)
+
+
+class TaskCommitClusterConformance(ClusterConformance):
+    """``ClusterConformance`` for sinks that commit in tasks (``CommitLocation.TASKS``):
+    an executor is also lost right after it committed a participant, before Spark has
+    the task's result, so Spark runs that commit again elsewhere."""
+
+    @pytest.mark.cluster
+    @pytest.mark.chaos
+    def test_executor_lost_in_phase_2_on_a_cluster(self, workdir: str,
+                                                   spark_cluster: str) -> None:
+        assert self.sink_factory(workdir).commit_location is CommitLocation.TASKS  # type: ignore[attr-defined]
+        self.executor_lost(workdir, spark_cluster, "kill_executor_after_commit")
+
+
 class SampledConformance:
     """Put first in the bases of a variant of a connector's conformance class (the same
-    sink on other storage, e.g. HDFS) to run every in-process case but only a sample
-    of the Spark jobs: end to end, ``SAMPLED_DRIVER_POINTS``, a task retry after
-    prepare and speculation. The plain-writer and no-retry cases are left out: they
-    say nothing about where the state lives."""
+    sink with its state on other storage, e.g. HDFS) to run every in-process case and
+    a sample of the Spark jobs: end to end and a task retry after prepare. The driver
+    kills, the plain-writer, no-retry and speculation cases run in the plain suite:
+    they exercise the protocol, not the storage. Combine with ``ClusterConformance``
+    for a driver kill and lost executors with the state on that storage."""
 
     test_plain_foreachbatch_duplicates_under_the_same_crash = None
     test_failed_task_without_retries_aborts_the_batch = None
-
-    @pytest.mark.chaos
-    @pytest.mark.parametrize("point", SAMPLED_DRIVER_POINTS)
-    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
-        super().test_driver_crash_then_restart(workdir, point)  # type: ignore[misc]
+    test_driver_crash_then_restart = None
+    test_speculative_attempts_on_a_cluster = None
 
     @pytest.mark.chaos
     @pytest.mark.parametrize("point", ["task_fail_after_prepare"])

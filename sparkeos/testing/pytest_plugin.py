@@ -28,6 +28,8 @@ MARKERS = {
                    "attempts; deselect with -m 'not speculation'",
     "connect": "runs its Spark jobs through Spark Connect (a local Connect server per "
                "job); deselect with -m 'not connect'",
+    "cluster": "runs its Spark jobs on a local Spark standalone cluster (a master and two "
+               "workers); deselect with -m 'not cluster'",
     "hdfs": "puts checkpoints, commit logs and output on a real HDFS (NameNode and "
             "DataNode as local processes); deselect with -m 'not hdfs'",
 }

@@ -12,6 +12,7 @@ from sparkeos.connectors.file import read_output
 from sparkeos.connectors.file.sink import STAGING_DIR
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
+    ClusterConformance,
     ConnectConformance,
     ConnectorConformance,
     SampledConformance,
@@ -70,7 +71,8 @@ def test_driver_kills_with_batches_coalesced_to_the_writers(tmp_path: Any) -> No
 
 
 @pytest.mark.hdfs
-class TestFileSinkHdfs(SampledConformance, CheckpointOnHdfs, TestFileSinkParquet):
+class TestFileSinkHdfs(ClusterConformance, SampledConformance, CheckpointOnHdfs,
+                       TestFileSinkParquet):
     """The file sink with its output, the query's checkpoint and so the commit log on a
     real HDFS: staging and commits through WebHDFS, Spark's checkpoint and the commit
     log through Hadoop's own client."""
@@ -84,4 +86,8 @@ class TestFileSinkHdfs(SampledConformance, CheckpointOnHdfs, TestFileSinkParquet
 
 @pytest.mark.hdfs
 class TestFileSinkHdfsConnect(ConnectConformance, TestFileSinkHdfs):
-    """On HDFS through Spark Connect: the commit log reached from Python (WebHDFS)."""
+    """On HDFS through Spark Connect, end to end: the commit log reached from Python
+    (WebHDFS). The driver kills run in classic mode on HDFS and through Connect on
+    local paths."""
+
+    test_driver_crash_then_restart = None

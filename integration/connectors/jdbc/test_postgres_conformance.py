@@ -7,10 +7,14 @@ from typing import Any
 import pytest
 
 from integration.connectors.jdbc.support import PgServer, prepared_on_tables
-from sparkeos.testing.conformance import ConnectConformance, ConnectorConformance
+from sparkeos.testing.conformance import (
+    ClusterConformance,
+    ConnectConformance,
+    ConnectorConformance,
+)
 
 
-class TestPostgresSinkConformance(ConnectorConformance):
+class TestPostgresSinkConformance(ClusterConformance, ConnectorConformance):
     @pytest.fixture(autouse=True)
     def _server(self, pg_server: PgServer, names: Any) -> None:
         self.dsn = pg_server.dsn

@@ -19,6 +19,7 @@ from sparkeos.testing.conformance import (
     ConnectConformance,
     ConnectorConformance,
     SampledConformance,
+    TaskCommitClusterConformance,
     assert_exactly_once,
 )
 from sparkeos.testing.job import JobSpec, run_job_process, write_input
@@ -63,7 +64,8 @@ class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
 
 
 @pytest.mark.hdfs
-class TestKafkaSinkStagedHdfs(SampledConformance, CheckpointOnHdfs, TestKafkaSinkStaged):
+class TestKafkaSinkStagedHdfs(TaskCommitClusterConformance, SampledConformance,
+                              CheckpointOnHdfs, TestKafkaSinkStaged):
     """Staging, the query's checkpoint and the commit log on a real HDFS: phase 1
     uploads each attempt's staged file, phase 2 (in other Spark tasks) reads it back
     through WebHDFS."""
