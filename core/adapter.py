@@ -16,16 +16,20 @@ from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
 from .errors import ConfigurationError, TransactionIdCollisionError
 from .faults import FaultPlan
-from .group import SinkGroup, for_checkpoint
+from .fsutil import require_shared_on_executors
+from .group import SinkGroup, for_checkpoint, members_of
 from .observe import BatchMetrics
 from .protocol import TransactionalSink
 from .spark import (
     SparkBatchRunner,
     checkpoint_query_id,
+    default_writers,
     is_connect,
     query_checkpoint,
     require_durable_checkpoint,
+    run_in_tasks,
     running_query,
+    runs_on_one_host,
 )
 from .txpool import query_key_for
 
@@ -150,10 +154,24 @@ class ForeachBatchAdapter:
         log = CommitLog(open_store(log_location, None if connect else df.sparkSession))
         claim_sink_name(run_id or identity, log.location, self._token, self.name)
         sink = for_checkpoint(self.sink, location, self.name)
+        self._check_shared_paths(df.sparkSession, sink)
         key = self._claim_log(log, identity, sink)
         self._coordinator = Coordinator(sink, self.config, log, key, faults)
         self._lease_renewed = 0.0
         return self._coordinator
+
+    def _check_shared_paths(self, session: Any, sink: TransactionalSink[Any] | SinkGroup
+                            ) -> None:
+        """On a cluster, before the run's first batch: every directory the sink needs
+        shared is one for the driver and the executors (2 tasks per core, so every
+        executor is likely to run one; each task checks again before it stages)."""
+        paths = tuple(dict.fromkeys(
+            path for part in members_of(sink).values() for path in part.shared_paths()))
+        if not paths or runs_on_one_host(session):
+            return
+        require_shared_on_executors(lambda fn, items: run_in_tasks(session, fn, items),
+                                    paths, 2 * (self.config.writers or default_writers(session)),
+                                    self.name)
 
     def _renew_lease(self, coordinator: Coordinator) -> None:
         """Tell operator commands the query is running (they refuse to act while the

@@ -7,9 +7,12 @@ import contextlib
 import os
 import socket
 import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .errors import AttemptFencedError, ConfigurationError, RetriableError
-from .files import Files, LocalFiles
+from .files import Files, LocalFiles, split_uri
 from .txpool import Transaction
 
 _LOCAL = LocalFiles()
@@ -108,3 +111,65 @@ def require_shared(directory: str, what: str, txn: Transaction, files: Files = _
             fix="use a directory the driver and every executor reach at the same path "
             "(NFS or another shared mount, or HDFS); nothing of this batch was committed",
         )
+
+
+SHARED_PROBE = ".shared-check-"
+
+
+@dataclass(frozen=True)
+class _ExecutorSide:
+    """What one task of the check does: look for the driver's probe in every path and
+    leave one of its own there."""
+
+    paths: tuple[str, ...]
+    token: str
+
+    def __call__(self, index: int) -> tuple[str, list[str]]:
+        unseen = []
+        for path in self.paths:
+            files, directory = split_uri(path)
+            if not files.exists(os.path.join(directory, f"{SHARED_PROBE}{self.token}")):
+                unseen.append(path)
+                continue
+            mine = os.path.join(directory, f"{SHARED_PROBE}{self.token}-{index}")
+            with contextlib.suppress(FileExistsError):  # a retried task
+                files.create_new(mine, socket.gethostname().encode())
+        return socket.gethostname(), unseen
+
+
+def require_shared_on_executors(
+        run_in_tasks: Callable[[Callable[[int], tuple[str, list[str]]], Sequence[int]],
+                               list[tuple[str, list[str]]]],
+        paths: Sequence[str], tasks: int, sink: str) -> None:
+    """Prove that the driver and the executors see each path as one directory, before
+    anything is staged: the driver leaves a probe file named by a fresh token, ``tasks``
+    tasks (spread over the executors) look for it and leave their own, and the driver
+    reads theirs. ``ConfigurationError`` names the path and the host that differs."""
+    token = uuid.uuid4().hex
+    fix = ("use a directory the driver and every executor reach at the same path (NFS or "
+           "another shared mount), or HDFS; nothing was written")
+    probes: list[tuple[Files, str]] = []
+    try:
+        for path in paths:
+            files, directory = split_uri(path)
+            files.makedirs(directory)
+            files.create_new(os.path.join(directory, f"{SHARED_PROBE}{token}"),
+                             socket.gethostname().encode())
+            probes.append((files, directory))
+        results = run_in_tasks(_ExecutorSide(tuple(paths), token), list(range(tasks)))
+        for index, (host, unseen) in enumerate(results):
+            if unseen:
+                raise ConfigurationError(
+                    f"{unseen[0]} is not shared: the driver (host {socket.gethostname()}) "
+                    f"wrote a file there that an executor on host {host} does not see",
+                    sink=sink, fix=fix)
+            for path, (files, directory) in zip(paths, probes, strict=True):
+                if not files.exists(os.path.join(directory, f"{SHARED_PROBE}{token}-{index}")):
+                    raise ConfigurationError(
+                        f"{path} is not shared: an executor on host {host} wrote a file "
+                        "there that the driver does not see", sink=sink, fix=fix)
+    finally:
+        for files, directory in probes:
+            for name in files.listdir(directory):
+                if name.startswith(f"{SHARED_PROBE}{token}"):
+                    files.delete(os.path.join(directory, name))

@@ -148,6 +148,14 @@ class TransactionalSink(ABC, Generic[H]):
         the driver before anything is written.
         """
 
+    def shared_paths(self) -> tuple[str, ...]:
+        """Directories the driver and every executor must see as one (where tasks stage
+        what the driver, or another executor, commits), e.g. a staging directory on a
+        mount. On a cluster they are checked from the executors once per query run,
+        before the first batch (``ConfigurationError`` naming the path if one is not
+        shared). Default: none."""
+        return ()
+
     def for_checkpoint(self, location: str, sink_name: str) -> TransactionalSink[H]:
         """Driver, once per query run, before anything else: this sink with the defaults
         that depend on where the query keeps its state filled in (``location``: the

@@ -162,29 +162,46 @@ class SparkBatchRunner:
         return [json.loads(row["result"]) for row in rows]
 
     def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        session = self._df.sparkSession
-        if not is_connect(session):
-            sc = session.sparkContext
-            return list(sc.parallelize(list(items), len(items)).map(fn).collect())
-        # No parallelize under Connect: one task per item over a range, the item taken
-        # from the function's own copy of the list.
-        work = list(items)
-
-        def run_range(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                for index in batch.column(0).to_pylist():
-                    yield pa.RecordBatch.from_pydict(
-                        {"index": [index], "result": [pickle.dumps(fn(work[index]))]},
-                        schema=pa.schema([("index", pa.int64()), ("result", pa.binary())]))
-
-        rows = (session.range(0, len(work), 1, len(work))
-                .mapInArrow(run_range, "index long, result binary").collect())
-        return [pickle.loads(row["result"]) for row in sorted(rows, key=lambda r: r["index"])]
+        return run_in_tasks(self._df.sparkSession, fn, items)
 
     def run_without_output(self) -> None:
         # Spark checks that every state store of a stateful query committed for each
         # batch (STATE_STORE_COMMIT_VALIDATION_FAILED otherwise): run the whole plan.
         self._df.write.format("noop").mode("overwrite").save()
+
+
+def run_in_tasks(session: Any, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """``fn`` of each item, one Spark task per item, in classic mode and under Connect."""
+    if not is_connect(session):
+        sc = session.sparkContext
+        return list(sc.parallelize(list(items), len(items)).map(fn).collect())
+    # No parallelize under Connect: one task per item over a range, the item taken
+    # from the function's own copy of the list.
+    work = list(items)
+
+    def run_range(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield pa.RecordBatch.from_pydict(
+                    {"index": [index], "result": [pickle.dumps(fn(work[index]))]},
+                    schema=pa.schema([("index", pa.int64()), ("result", pa.binary())]))
+
+    rows = (session.range(0, len(work), 1, len(work))
+            .mapInArrow(run_range, "index long, result binary").collect())
+    return [pickle.loads(row["result"]) for row in sorted(rows, key=lambda r: r["index"])]
+
+
+def runs_on_one_host(session: Any) -> bool:
+    """The executors are the driver's own JVM (a ``local`` master): every path the
+    driver sees, they see."""
+    if is_connect(session):
+        try:
+            master = str(session.conf.get("spark.master", "") or "")
+        except Exception:
+            return False
+    else:
+        master = str(session.sparkContext.master)
+    return master.startswith("local")
 
 
 def running_query(df: Any) -> tuple[str | None, str | None]:

@@ -68,6 +68,11 @@ class StagingArea:
         return posixpath.join(self.path, self.prefix + txn.txn_id)
 
     # -- driver ----------------------------------------------------------------------------
+    @property
+    def needs_sharing(self) -> bool:
+        """A POSIX root is shared only by a mount (``shared_paths`` of the sink)."""
+        return self.files.is_local
+
     def check_on_driver(self) -> None:
         """Writable, and marked so tasks can prove they see the same directory."""
         require_writable_dir(

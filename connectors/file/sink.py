@@ -117,6 +117,10 @@ class FileSink(TransactionalSink[_Staged]):
         return {"path": self.directory, "format": self.format}
 
     # -- driver ------------------------------------------------------------------------
+    def shared_paths(self) -> tuple[str, ...]:
+        # HDFS is one namespace for every process; a POSIX path is shared only by a mount.
+        return (self._staging_root(),) if self.files.is_local else ()
+
     def task_columns(self) -> tuple[str, ...]:
         if self.format == "jsonl":
             return (f"to_json(struct(*)) AS {JSON_COLUMN}",)

@@ -784,6 +784,11 @@ class KafkaSink(TransactionalSink[_Handle]):
                          action=action, transactional_id=self.transactional_id(txn))
 
     # -- staging helpers ------------------------------------------------------------------------
+    def shared_paths(self) -> tuple[str, ...]:
+        if self.mode != "staged" or not self.staging.needs_sharing:
+            return ()
+        return (self.staging.path,)
+
     def for_checkpoint(self, location: str, sink_name: str) -> KafkaSink:
         """Staged mode without a ``staging_dir``: stage under the query's checkpoint,
         which every driver restart finds and a cluster shares by construction."""

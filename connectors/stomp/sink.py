@@ -246,6 +246,9 @@ class StompSink(TransactionalSink[_Handle]):
             return ARTEMIS_DUPLICATE_HEADER
         return self.dedup_header
 
+    def shared_paths(self) -> tuple[str, ...]:
+        return (self.staging.path,)
+
     @property
     def staging(self) -> StagingArea:
         assert self.staging_dir is not None

@@ -127,12 +127,13 @@ driver-kill cases 55 s -> 46 s on 2 cores). Not for benchmarks, which run long."
 
 
 def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 300.0,
-                    env: dict[str, str] | None = None) -> JobResult:
+                    env: dict[str, str] | None = None, cwd: str | None = None) -> JobResult:
     """Run the job in a child process (own process group, killed whole afterwards)."""
     # Beside a local checkpoint, else beside the (always local) input.
     spec_path = (spec.checkpoint + ".spec.json" if "://" not in spec.checkpoint
                  else os.path.join(os.path.dirname(spec.input), f"job-{spec.mode}.spec.json"))
-    return run_spec_process("sparkeos.testing.job", asdict(spec), spec_path, fault, timeout, env)
+    return run_spec_process("sparkeos.testing.job", asdict(spec), spec_path, fault, timeout, env,
+                            cwd)
 
 
 def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,

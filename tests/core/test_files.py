@@ -50,3 +50,24 @@ def test_local_create_claim_and_publish_never_overwrite(tmp_path):
     assert sorted(files.listdir(f"{tmp_path}/s")) == ["a", "zombie"]
     files.delete(f"{tmp_path}/s")
     assert files.listdir(f"{tmp_path}/s") == [] and files.exists(final)
+
+
+def test_the_shared_path_check_passes_and_cleans_up_where_all_see_one_directory(tmp_path):
+    from sparkeos.core.fsutil import require_shared_on_executors
+
+    def in_this_process(fn, items):
+        return [fn(i) for i in items]
+
+    require_shared_on_executors(in_this_process, [str(tmp_path / "stage")], 4, "s")
+    assert os.listdir(tmp_path / "stage") == []
+
+
+def test_the_shared_path_check_names_the_path_an_executor_does_not_see(tmp_path):
+    from sparkeos.core.fsutil import require_shared_on_executors
+
+    def elsewhere(fn, items):  # executors that see another directory at the same path
+        return [("executor-host", list(fn.paths)) for _ in items]
+
+    with pytest.raises(ConfigurationError, match=r"stage is not shared.*on host executor-host"):
+        require_shared_on_executors(elsewhere, [str(tmp_path / "stage")], 2, "s")
+    assert os.listdir(tmp_path / "stage") == []  # the driver's probe is gone again

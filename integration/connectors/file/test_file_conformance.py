@@ -91,3 +91,25 @@ class TestFileSinkHdfsConnect(ConnectConformance, TestFileSinkHdfs):
     local paths."""
 
     test_driver_crash_then_restart = None
+
+
+@pytest.mark.cluster
+def test_a_directory_the_executors_do_not_share_is_refused_before_the_first_batch(
+        tmp_path: Any, spark_cluster: str) -> None:
+    """``/proc/self/cwd/out`` is one path for every process but a different directory
+    for each (its own working directory): what a local disk mistaken for a shared
+    mount looks like. The executors do not see the driver's probe there, so the query
+    stops before its first batch with an error naming the path; nothing is written."""
+    write_input(str(tmp_path / "input"), [[1, 2, 3], [4, 5, 6]])
+    spec = JobSpec(input=str(tmp_path / "input"), checkpoint=str(tmp_path / "checkpoint"),
+                   sink={"factory": "sparkeos.connectors.file:FileSink",
+                         "kwargs": {"path": "/proc/self/cwd/out"}},
+                   name="unshared", master=spark_cluster)
+    result = run_job_process(spec, cwd=str(tmp_path))  # the driver's /proc/self/cwd
+    assert result.returncode != 0, result.tail()
+    assert "/proc/self/cwd/out/.sparkeos-staging is not shared" in result.stderr, result.tail()
+    assert "an executor on host" in result.stderr
+    assert not list((tmp_path / "out").glob("part-*"))
+    assert not list((tmp_path / "out" / ".sparkeos-staging").glob(".shared-check-*"))
+    log = CommitLog(open_store(sink_log_location(spec.checkpoint, "unshared")))
+    assert log.batches() == {}, "a batch began although the check failed"
