@@ -93,7 +93,14 @@ CASES = [
          "not writable", "write access", "remove the file or choose another path"),
     Case("file-not-shared", "output directory not shared by driver and executors",
          ConfigurationError, "is not shared", "same path",
-         "use a shared mount at the same path everywhere"),
+         "use a shared mount at the same path everywhere, or HDFS"),
+    Case("file-on-object-store",
+         "output or staging on an object store (`s3://`, `gs://`, `abfs://`)",
+         ConfigurationError, "overwrites", "HDFS",
+         "a shared mount or HDFS: an object store's rename overwrites"),
+    Case("hdfs-unreachable", "HDFS NameNode unreachable (WebHDFS)", RetriableError,
+         "cannot be reached", "SPARKEOS_WEBHDFS_PORT",
+         "start it, or set `SPARKEOS_WEBHDFS_PORT` / use `webhdfs://host:<http port>`"),
     Case("no-checkpoint", "the query has no `checkpointLocation`", ConfigurationError,
          "no checkpointLocation", "checkpointLocation",
          "set `.option(\"checkpointLocation\", ...)`"),
@@ -371,6 +378,26 @@ def file_not_shared(w: World, case: Case) -> None:
     assert _file_ids(out) == []
     w.run(FileSink(str(out)))
     assert_exactly_once(_file_ids(out), EXPECTED)
+
+
+def file_on_object_store(w: World, case: Case) -> None:
+    expect(case, lambda: FileSink("s3://bucket/out"))  # refused at construction
+    out = w.tmp / "out"
+    w.run(FileSink(str(out)))
+    assert_exactly_once(_file_ids(out), EXPECTED)
+
+
+def hdfs_unreachable(w: World, case: Case) -> None:
+    expect(case, lambda: w.run(FileSink("webhdfs://127.0.0.1:9/out")))  # nothing listens
+    assert not w.log.batches()
+    hdfs = w.fixture("hdfs")  # the fix: a NameNode that answers
+    out = hdfs.fresh_dir("bad-input-hdfs-unreachable") + "/out"
+    try:
+        w.run(FileSink(out))
+        table = read_output(out)
+        assert_exactly_once(table.column("id").to_pylist(), EXPECTED)
+    finally:
+        hdfs.delete(out.rsplit("/", 1)[0])
 
 
 def no_checkpoint(w: World, case: Case) -> None:
