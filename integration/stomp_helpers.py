@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import subprocess
 import threading
 import time
@@ -217,16 +218,42 @@ def _stat_fields(line: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in line.split())
 
 
+STAT_FIELDS = ("name", "messageCount", "deliveringCount", "consumerCount", "messagesAdded",
+               "messagesAcked", "scheduledCount")
+
+
 def queue_stat_artemis(name: str) -> dict[str, str]:
-    """The counters of the ANYCAST queue ``name`` on the local Artemis (artemis.sh
-    queue-stat): messageCount, deliveringCount, consumerCount, messagesAdded,
-    messagesAcked, scheduledCount. LookupError if there is no such queue."""
+    """The counters of the ANYCAST queue ``name`` on the session's Artemis (artemis.sh
+    queue-stat, or the ``artemis`` CLI in its container): messageCount, deliveringCount,
+    consumerCount, messagesAdded, messagesAcked, scheduledCount. LookupError if there is
+    no such queue."""
+    from integration.fixtures.stomp import ARTEMIS_CONTAINERS
+
+    if ARTEMIS_CONTAINERS:
+        return _queue_stat_in_container(ARTEMIS_CONTAINERS[0], name)
     result = _script("artemis.sh", "queue-stat", name)
     if result.returncode == 4:
         raise LookupError(f"no queue {name!r} on Artemis")
     if result.returncode != 0:
         raise RuntimeError(f"artemis.sh queue-stat failed:\n{result.stderr[-2000:]}")
     return _stat_fields(result.stdout.strip())
+
+
+def _queue_stat_in_container(container: Any, name: str) -> dict[str, str]:
+    from integration.fixtures.stomp import PASSWORD, USER
+
+    code, out = container.exec([
+        "/var/lib/artemis-instance/bin/artemis", "queue", "stat", "--silent", "--json",
+        "--url", "tcp://127.0.0.1:61616", "--user", USER, "--password", PASSWORD,
+        "--field", "NAME", "--operation", "EQUALS", "--value", name])
+    document = re.search(r"(\{.*\})\s*\Z", out, re.DOTALL)  # a banner may come first
+    if code != 0 or not document:
+        raise RuntimeError(f"artemis queue stat in the container failed ({code}):\n{out[-2000:]}")
+    for body in re.findall(r"\{([^{}]*)\}", document.group(1)):
+        fields = dict(re.findall(r'"(\w+)"\s*:\s*"?([^",]*)"?', body))
+        if fields.get("name") == name:
+            return {key: fields.get(key, "?") for key in STAT_FIELDS}
+    raise LookupError(f"no queue {name!r} on Artemis")
 
 
 def queue_depth_artemis(name: str) -> int:

@@ -42,36 +42,37 @@ def script_dsn(output: str) -> str:
 
 @dataclass
 class PgServer:
-    dsn: str
-    kind: str  # "env" | "testcontainers" | "script"
-    env: dict[str, str] = field(default_factory=dict)
+    """The session's server: ``kind`` is the path it came from (``env``, ``containers``
+    or ``local``); a container or a local server can be stopped and started again
+    (same address, data and prepared transactions kept), a server you run cannot."""
 
-    def _require_script(self) -> None:
-        if self.kind != "script":
-            pytest.skip(f"stopping the server needs the local script (server from {self.kind})")
+    dsn: str
+    kind: str
+    env: dict[str, str] = field(default_factory=dict)
+    container: Any = None  # integration.fixtures.services.Container on the containers path
 
     def stop(self) -> None:
-        self._require_script()
-        run_script("stop", self.env)
+        if self.container is not None:
+            self.container.stop()
+        elif self.kind == "local":
+            run_script("stop", self.env)
+        else:
+            pytest.skip(f"stops the server: needs a container or the local script "
+                        f"(this server comes from {self.kind})")
 
     def start(self) -> None:
-        self._require_script()
-        run_script("start", self.env)
+        if self.container is not None:
+            self.container.start()
+        elif self.kind == "local":
+            run_script("start", self.env)
+        else:
+            pytest.skip(f"starts the server: needs a container or the local script "
+                        f"(this server comes from {self.kind})")
 
     def restart(self) -> None:
         """Fast shutdown, then start again (prepared transactions survive)."""
         self.stop()
         self.start()
-
-
-def docker_answers() -> bool:
-    try:
-        import docker
-
-        docker.from_env(timeout=3).ping()
-        return True
-    except Exception:
-        return False
 
 
 @dataclass

@@ -548,9 +548,33 @@ def test_sqlalchemy_url_and_pickling(pg_server, names, admin):
 
 @pytest.fixture
 def tiny_server(pg_server: PgServer):
-    """A second private server from the script, with a settable max_prepared_transactions."""
-    if pg_server.kind != "script":
-        pytest.skip("needs the local script to start a second server")
+    """A second private server with a settable max_prepared_transactions: a container of
+    the session's image, or a second server of the local script."""
+    if pg_server.kind == "containers":
+        from integration.fixtures import services
+        from integration.fixtures.postgres import postgres_container
+
+        image = services.choice(services.POSTGRES).detail
+        # One server whose setting changes between restarts, as with the script: the
+        # data stays. The setting goes to postgresql.auto.conf, so none is on the
+        # command line (which would win).
+        with postgres_container(image, max_prepared=None) as (dsn, container):
+            def set_max_prepared(max_prepared: int) -> str:
+                import psycopg2
+
+                conn = psycopg2.connect(dsn)
+                conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute(f"ALTER SYSTEM SET max_prepared_transactions = {max_prepared}")
+                conn.close()
+                container.stop()
+                container.start()
+                return dsn
+
+            yield set_max_prepared
+        return
+    if pg_server.kind != "local":
+        pytest.skip("starts a second server: needs a container or the local script")
     env = {"SPARKEOS_SERVICES_DIR": str(REPO / ".services" / "pg-tiny"),
            "SPARKEOS_PG_PORT": "35499", "SPARKEOS_PG_MAX_PREPARED": "0"}
     servers: list[dict[str, str]] = []
