@@ -36,15 +36,20 @@ MESSAGES = 200
 
 
 class Broker:
+    """A broker whose queues the test can count (``depth``): the jobs run until the input
+    queue is empty. ActiveMQ Classic is counted over STOMP (a queue browser), Artemis and
+    RabbitMQ with their CLI, which a broker you run (named by a variable) does not offer."""
+
     def __init__(self, kind: str, url: str, local: bool) -> None:
+        if kind != "activemq" and not local:
+            pytest.skip(f"counts {kind} queues with its CLI: needs a container or the local "
+                        "broker, not one named by a variable")
         self.kind, self.url, self.local = kind, url, local
 
     def queue(self, name: str) -> str:
         return name if self.kind == "artemis" else f"/queue/{name}"
 
-    def depth(self, queue: str) -> int | None:
-        if not self.local:
-            return None
+    def depth(self, queue: str) -> int:
         try:
             if self.kind == "artemis":
                 return queue_depth_artemis(queue)
@@ -60,8 +65,7 @@ def broker(request: Any) -> Broker:
     if request.param == "artemis":
         return Broker("artemis", request.getfixturevalue("artemis_url"),
                       request.getfixturevalue("local_artemis"))
-    return Broker("activemq", request.getfixturevalue("activemq_url"),
-                  not os.environ.get("SPARKEOS_STOMP_CLASSIC_URL"))
+    return Broker("activemq", request.getfixturevalue("activemq_url"), True)
 
 
 def publish(broker: Broker, queue: str, ids: list[int]) -> None:
@@ -233,7 +237,7 @@ def test_redelivery_after_commit_before_ack_is_dropped(broker: Broker, tmp_path:
     spec = make_spec(broker, str(tmp_path))
     publish(broker, spec.input_queue, list(range(60)))
     run_until_crash(spec, source_fault="source_before_ack@1")
-    assert broker.depth(spec.input_queue) in (None, 60)  # nothing was acknowledged
+    assert broker.depth(spec.input_queue) == 60  # nothing was acknowledged
     committed = file_ids(spec)
     assert committed, "the first batch should have been committed before the kill"
     drain_job(spec, broker)
@@ -304,7 +308,7 @@ def test_poison_message_fails_loudly_then_goes_to_the_dead_letter_queue(
     assert result.returncode != 0
     assert "BadMessageError" in result.tail(200) and "not JSON" in result.tail(200)
     assert "dead-letter" in result.tail(200)
-    assert broker.depth(spec.input_queue) in (None, 3)  # nothing acknowledged, nothing lost
+    assert broker.depth(spec.input_queue) == 3  # nothing acknowledged, nothing lost
     spec.on_bad_message = "dead-letter"
     spec.dead_letter_destination = f"{spec.input_queue}.dlq"
     drain_job(spec, broker)
