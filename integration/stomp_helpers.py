@@ -209,9 +209,11 @@ def drain(url: str, destination: str, expect: int | None = None, idle: float = 1
     return out
 
 
-def _script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _script(name: str, *args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", os.path.join(SERVICES, name), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
 
 
 def _stat_fields(line: str) -> dict[str, str]:
@@ -222,16 +224,23 @@ STAT_FIELDS = ("name", "messageCount", "deliveringCount", "consumerCount", "mess
                "messagesAcked", "scheduledCount")
 
 
-def queue_stat_artemis(name: str) -> dict[str, str]:
-    """The counters of the ANYCAST queue ``name`` on the session's Artemis (artemis.sh
-    queue-stat, or the ``artemis`` CLI in its container): messageCount, deliveringCount,
-    consumerCount, messagesAdded, messagesAcked, scheduledCount. LookupError if there is
-    no such queue."""
-    from integration.fixtures.stomp import ARTEMIS_CONTAINERS
+def queue_stat_artemis(name: str, url: str | None = None) -> dict[str, str]:
+    """The counters of the ANYCAST queue ``name`` on the Artemis at ``url`` (default: the
+    session's), by artemis.sh queue-stat or the ``artemis`` CLI in its container:
+    messageCount, deliveringCount, consumerCount, messagesAdded, messagesAcked,
+    scheduledCount. LookupError if there is no such queue."""
+    from integration.fixtures.stomp import ARTEMIS_CONTAINERS, PRIVATE_ARTEMIS
 
+    if url in PRIVATE_ARTEMIS:
+        return PRIVATE_ARTEMIS[url](name)
     if ARTEMIS_CONTAINERS:
         return _queue_stat_in_container(ARTEMIS_CONTAINERS[0], name)
-    result = _script("artemis.sh", "queue-stat", name)
+    return _queue_stat_by_script(name)
+
+
+def _queue_stat_by_script(name: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """artemis.sh queue-stat; ``env`` picks an instance other than the default one."""
+    result = _script("artemis.sh", "queue-stat", name, env=env)
     if result.returncode == 4:
         raise LookupError(f"no queue {name!r} on Artemis")
     if result.returncode != 0:
@@ -256,10 +265,10 @@ def _queue_stat_in_container(container: Any, name: str) -> dict[str, str]:
     raise LookupError(f"no queue {name!r} on Artemis")
 
 
-def queue_depth_artemis(name: str) -> int:
-    """Messages in queue ``name`` on the local Artemis (including delivered but
-    unacknowledged ones); LookupError if the queue does not exist."""
-    return int(queue_stat_artemis(name)["messageCount"])
+def queue_depth_artemis(name: str, url: str | None = None) -> int:
+    """Messages in queue ``name`` on the Artemis at ``url`` (default: the session's),
+    including delivered but unacknowledged ones; LookupError if the queue does not exist."""
+    return int(queue_stat_artemis(name, url)["messageCount"])
 
 
 def queue_depth_rabbitmq(name: str) -> int:

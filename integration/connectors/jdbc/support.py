@@ -52,21 +52,18 @@ class PgServer:
     container: Any = None  # integration.fixtures.services.Container on the containers path
 
     def stop(self) -> None:
-        if self.container is not None:
-            self.container.stop()
-        elif self.kind == "local":
-            run_script("stop", self.env)
-        else:
-            pytest.skip(f"stops the server: needs a container or the local script "
-                        f"(this server comes from {self.kind})")
+        self._control("stop")
 
     def start(self) -> None:
+        self._control("start")
+
+    def _control(self, action: str) -> None:
         if self.container is not None:
-            self.container.start()
+            getattr(self.container, action)()
         elif self.kind == "local":
-            run_script("start", self.env)
+            run_script(action, self.env)
         else:
-            pytest.skip(f"starts the server: needs a container or the local script "
+            pytest.skip(f"{action}s the server: needs a container or the local script "
                         f"(this server comes from {self.kind})")
 
     def restart(self) -> None:

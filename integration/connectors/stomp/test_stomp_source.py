@@ -44,7 +44,7 @@ class Broker:
         if kind != "activemq" and not local:
             pytest.skip(f"counts {kind} queues with its CLI: needs a container or the local "
                         "broker, not one named by a variable")
-        self.kind, self.url, self.local = kind, url, local
+        self.kind, self.url = kind, url
 
     def queue(self, name: str) -> str:
         return name if self.kind == "artemis" else f"/queue/{name}"
@@ -52,7 +52,7 @@ class Broker:
     def depth(self, queue: str) -> int:
         try:
             if self.kind == "artemis":
-                return queue_depth_artemis(queue)
+                return queue_depth_artemis(queue, self.url)
             if self.kind == "rabbitmq":
                 return queue_depth_rabbitmq(queue.removeprefix("/queue/"))
         except LookupError:
