@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
 import uuid
@@ -18,6 +16,7 @@ from .errors import ConfigurationError, TransactionIdCollisionError
 from .faults import FaultPlan
 from .fsutil import require_shared_on_executors
 from .group import SinkGroup, for_checkpoint, members_of
+from .lease import LeaseKeeper, query_run_active
 from .observe import BatchMetrics
 from .protocol import TransactionalSink
 from .spark import (
@@ -81,7 +80,7 @@ class ForeachBatchAdapter:
         self.metrics: deque[BatchMetrics] = deque(maxlen=100)
         self._coordinator: Coordinator | None = None
         self._run_key: tuple[str | None, str | None] | None = None
-        self._lease_renewed = 0.0
+        self._lease: LeaseKeeper | None = None
         self._token = uuid.uuid4().hex
         self._lock = threading.Lock()
 
@@ -90,9 +89,8 @@ class ForeachBatchAdapter:
         # process: ship the configuration, not the lock, the open commit log or the
         # coordinator of this process (it is rebuilt, with recovery, on the first batch).
         state = dict(self.__dict__)
-        for transient in ("_lock", "_coordinator", "_run_key"):
+        for transient in ("_lock", "_coordinator", "_run_key", "_lease"):
             state.pop(transient, None)
-        state["_lease_renewed"] = 0.0
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -100,6 +98,7 @@ class ForeachBatchAdapter:
         self._lock = threading.Lock()
         self._coordinator = None
         self._run_key = None
+        self._lease = None
 
     @property
     def name(self) -> str:
@@ -112,7 +111,6 @@ class ForeachBatchAdapter:
     def __call__(self, df: Any, batch_id: int) -> None:
         with self._lock:
             coordinator = self._coordinator_for(df)
-            self._renew_lease(coordinator)
             runners = {member: SparkBatchRunner(self.frames[member](df) if member in self.frames
                                                 else df, part.cluster_by(),
                                                 writers=self.config.writers,
@@ -155,9 +153,9 @@ class ForeachBatchAdapter:
         claim_sink_name(run_id or identity, log.location, self._token, self.name)
         sink = for_checkpoint(self.sink, location, self.name)
         self._check_shared_paths(df.sparkSession, sink)
+        self._keep_lease(log, df.sparkSession, query_id, run_id)
         key = self._claim_log(log, identity, sink)
         self._coordinator = Coordinator(sink, self.config, log, key, faults)
-        self._lease_renewed = 0.0
         return self._coordinator
 
     def _check_shared_paths(self, session: Any, sink: TransactionalSink[Any] | SinkGroup
@@ -173,17 +171,16 @@ class ForeachBatchAdapter:
                                     paths, 2 * (self.config.writers or default_writers(session)),
                                     self.name)
 
-    def _renew_lease(self, coordinator: Coordinator) -> None:
+    def _keep_lease(self, log: CommitLog, session: Any, query_id: str | None,
+                    run_id: str | None) -> None:
         """Tell operator commands the query is running (they refuse to act while the
-        lease is fresh). Renewed at most every tenth of its lifetime."""
-        log = coordinator.log
-        now = time.time()
-        if log is None or now - self._lease_renewed < self.config.lease_ttl_s / 10:
-            return
-        query_id, run_id = self._run_key or (None, None)
-        log.write_lease({"query_id": query_id, "run_id": run_id, "host": socket.gethostname(),
-                         "pid": os.getpid(), "renewed": now, "ttl_s": self.config.lease_ttl_s})
-        self._lease_renewed = now
+        lease is fresh), from now until this query run ends: renewed from a thread,
+        between batches and during long ones, released once the run is over."""
+        if self._lease is not None:
+            self._lease.stop(release=False)  # an earlier run of this adapter
+        self._lease = LeaseKeeper(log, self.config.lease_ttl_s, query_id, run_id,
+                                  query_run_active(session, query_id, run_id))
+        self._lease.start()
 
     def _claim_log(self, log: CommitLog, query_identity: str,
                    bound: TransactionalSink[Any] | SinkGroup | None = None) -> str:

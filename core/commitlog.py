@@ -37,7 +37,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .errors import CommitLogError, RecordExistsError
-from .files import split_uri
+from .files import OBJECT_STORES, split_uri
 
 BEGUN, OUTCOME, FINISHED = "begun", "outcome", "finished"
 DECIDED, ABORTED = "decided", "aborted"
@@ -139,6 +139,8 @@ class HadoopStore(Store):
         self._jvm = jvm
         self._dir = jvm.org.apache.hadoop.fs.Path(uri)
         conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._conf = conf
+        self._gateway = spark.sparkContext._gateway
         self._fs = self._dir.getFileSystem(conf)
 
     def _path(self, name: str) -> Any:
@@ -151,7 +153,13 @@ class HadoopStore(Store):
         return [n for n in names if not n.startswith(".")]
 
     def read(self, name: str) -> bytes:
-        stream = self._fs.open(self._path(name))
+        path = self._path(name)
+        try:
+            stream = self._fs.open(path)
+        except Exception as exc:
+            if "FileNotFoundException" in str(exc):
+                raise FileNotFoundError(path.toString()) from None
+            raise
         try:
             return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
         finally:
@@ -183,10 +191,15 @@ class HadoopStore(Store):
             )
 
     def replace(self, name: str, data: bytes) -> None:
-        target = self._path(name)
+        # FileContext's rename with OVERWRITE replaces in one step (HDFS: atomic); a
+        # delete followed by a rename would lose the file to a crash in between.
+        jvm = self._jvm
         tmp = self._write_temp(data)
-        self._fs.delete(target, False)
-        self._fs.rename(tmp, target)
+        context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(
+            self._dir.toUri(), self._conf)
+        options = self._gateway.new_array(jvm.org.apache.hadoop.fs.Options.Rename, 1)
+        options[0] = jvm.org.apache.hadoop.fs.Options.Rename.OVERWRITE
+        context.rename(tmp, self._path(name), options)
 
     def delete(self, name: str) -> None:
         self._fs.delete(self._path(name), False)
@@ -251,6 +264,16 @@ def open_store(location: str, spark: Any = None) -> Store:
     if is_local_uri(location):
         return LocalStore(local_path(location))
     scheme = urlparse(location).scheme.lower()
+    if scheme in OBJECT_STORES:
+        raise CommitLogError(
+            f"the commit log at {location} would be on an object store ({scheme}://), "
+            "where Hadoop's rename is a copy and a create-if-absent is a check followed "
+            "by a write: two processes claiming one batch's outcome (a second driver, "
+            "`sparkeos recover`) could both win",
+            fix="put the query's checkpoint on HDFS or a local or shared POSIX path; "
+            "object stores are refused until sparkeos writes them with conditional "
+            "writes (If-None-Match)",
+        )
     if scheme == "webhdfs" or (scheme == "hdfs" and spark is None):
         return FilesStore(location)
     if spark is None:
@@ -380,7 +403,10 @@ class CommitLog:
     def _load_if_present(self, name: str) -> dict[str, Any] | None:
         if name not in self.store.list_names():
             return None
-        return self._load(name)
+        try:
+            return self._load(name)
+        except FileNotFoundError:
+            return None
 
     # -- records ---------------------------------------------------------------------
     def append(
@@ -407,9 +433,16 @@ class CommitLog:
 
     def scan(self, strict: bool = False) -> tuple[dict[int, BatchState], list[str]]:
         """The batches' states and, unless ``strict``, the records that could not be
-        read (as messages) instead of an error: what ``sparkeos status`` shows."""
+        read (as messages) instead of an error: what ``sparkeos status`` shows.
+
+        A record listed but gone when read was purged meanwhile (the running query
+        purges resolved batches past ``retain_batches``; nothing else deletes records):
+        its batch is left out, as it would be from a listing a moment later, rather
+        than shown with half its records (a decided batch read without its outcome would
+        look undecided)."""
         states: dict[int, BatchState] = {}
         unreadable: list[str] = []
+        purged: set[int] = set()
         for name in sorted(self.store.list_names()):
             parsed = parse_record_name(name)
             if parsed is None:
@@ -418,6 +451,9 @@ class CommitLog:
             state = states.setdefault(batch_id, BatchState(batch_id))
             try:
                 body = self._load(name)
+            except FileNotFoundError:
+                purged.add(batch_id)
+                continue
             except CommitLogError as exc:
                 if strict:
                     raise
@@ -429,6 +465,8 @@ class CommitLog:
                 state.outcomes[run] = body
             elif kind == FINISHED:
                 state.finished = body
+        for batch_id in purged:
+            states.pop(batch_id, None)
         return states, unreadable
 
     def purge_before(self, batch_id: int, states: Iterable[BatchState]) -> None:

@@ -47,6 +47,7 @@ from .faults import FaultPlan
 from .group import SINGLE, SinkGroup, members_of
 from .observe import BatchMetrics, log_event
 from .protocol import CommitLocation, Receipt, TransactionalSink
+from .steps import COMMIT, commit_step
 from .txpool import AttemptRange, Transaction, TransactionPool
 
 TaskResult = dict[str, Any]
@@ -174,14 +175,16 @@ class DirectTask:
     pool: TransactionPool
     batch_id: int
     offset: int = 0
+    faults: FaultPlan = field(default_factory=FaultPlan)
 
     def __call__(self, attempt: TaskAttempt, batches: Iterator[pa.RecordBatch]) -> TaskResult:
-        # No begun record and no recovery: the ID only has to differ between attempts
-        # that may run at once.
-        txn = self.pool.transaction(self.batch_id, self.offset + attempt.partition, 0,
-                                    attempt.attempt_number)
+        # No begun record: run 0 always. What a task killed in an earlier query run left
+        # under the same ID is swept before the run's first batch (``_sweep_direct``).
+        partition = self.offset + attempt.partition
+        txn = self.pool.transaction(self.batch_id, partition, 0, attempt.attempt_number)
         started = time.perf_counter()
-        written = _write_transaction(self.sink, txn, batches)
+        written = _write_transaction(self.sink, txn, batches, lambda: self.faults.task(
+            "kill_task_mid_write", self.batch_id, partition, attempt.attempt_number))
         receipt = self.sink.prepare(written.handle)
         self.sink.commit(txn, receipt)
         return {"partition": attempt.partition, "rows": written.count,
@@ -199,6 +202,7 @@ class CommitTask:
 
     def __call__(self, item: tuple[Transaction, Receipt]) -> int:
         txn, receipt = item
+        commit_step(COMMIT, txn)
         if self.recovering:
             self.sink.recover_commit(txn, receipt)
         else:
@@ -229,7 +233,8 @@ class _Written:
 
 
 def _write_transaction(
-    sink: TransactionalSink[Any], txn: Transaction, batches: Iterator[pa.RecordBatch]
+    sink: TransactionalSink[Any], txn: Transaction, batches: Iterator[pa.RecordBatch],
+    after_first_write: Callable[[], None] | None = None,
 ) -> _Written:
     handle = sink.begin(txn)
     count = 0
@@ -237,6 +242,8 @@ def _write_transaction(
         for batch in batches:
             if batch.num_rows:
                 sink.write(handle, batch)
+                if count == 0 and after_first_write is not None:
+                    after_first_write()
                 count += batch.num_rows
     except Exception:
         # The write error is what the user must see; a failing abort is secondary
@@ -293,6 +300,7 @@ class Coordinator:
         self._states: dict[int, BatchState] | None = None
         self._meta: dict[str, Any] | None = None
         self._swept_all = False
+        self._direct_swept = False
         self._existing_checked = False
 
     @property
@@ -573,18 +581,17 @@ class Coordinator:
             items = [(txn, receipt) for m, txn, receipt in decided if m == member]
             if not items:
                 continue
-            in_tasks = part.commit_location is CommitLocation.TASKS
+            runner = runners.get(member)
+            in_tasks = part.commit_location is CommitLocation.TASKS and runner is not None
             commit = CommitTask(part, recovering, self.faults, in_tasks)
-            if in_tasks:
-                runner = runners.get(member)
-                if runner is None:
-                    raise ConfigurationError(
-                        f"{type(part).__name__} commits in Spark tasks; recovery needs a "
-                        "running Spark job",
-                        sink=self.name, batch_id=state.batch_id,
-                        fix="restart the query: it finishes the commits on its first batch",
-                    )
+            if runner is not None and in_tasks:
                 runner.run_in_tasks(commit, items)
+            elif part.commit_location is CommitLocation.TASKS:
+                # Recovery without Spark (`sparkeos recover`): this process commits what
+                # the tasks would have; it must reach the staged data (a shared
+                # directory or HDFS), else the sink says which host holds it.
+                for item in items:
+                    commit(item)
             else:
                 self._commit_on_driver(commit, items, state.batch_id, first)
             first = False
@@ -676,15 +683,32 @@ class Coordinator:
                     m: BatchMetrics) -> None:
         for member, part in self.members.items():
             part.validate(runners[member].arrow_schema())
+        layout = self._layout(runners)
+        if not self._direct_swept:
+            self._sweep_direct(batch_id, sum(count for _offset, count in layout.values()))
         t0 = time.perf_counter()
-        for member, (offset, count) in self._layout(runners).items():
+        for member, (offset, count) in layout.items():
             m.partitions += count
             if count:
                 results = runners[member].run_tasks(
-                    DirectTask(self.members[member], self.pool, batch_id, offset))
+                    DirectTask(self.members[member], self.pool, batch_id, offset,
+                               self.faults))
                 m.rows += sum(int(r["rows"]) for r in results)
         m.prepare_ms = _ms(t0)
         m.outcome = "direct"
+
+    def _sweep_direct(self, batch_id: int, partitions: int) -> None:
+        """Before a query run's first batch: roll back what tasks of an earlier run left
+        under this batch's IDs (a task killed mid-write leaves its claim behind, and a
+        replay of the batch, which Spark runs first, would find its ID taken on every
+        restart). That run is over (its driver is gone, and its executors with it), and
+        a direct task's transaction is committed by the task itself or never, so the
+        sweep can only remove what nobody will commit."""
+        ranges = [AttemptRange(self.pool.query_key, self.name, batch_id, 0, partitions,
+                               self.config.task_attempts)]
+        for part in self.members.values():
+            part.sweep(ranges, frozenset())
+        self._direct_swept = True
 
     # -- helpers -----------------------------------------------------------------------------
     def _require_log(self) -> CommitLog:

@@ -64,6 +64,9 @@ TASK_POINTS = (
 )
 EXECUTOR_POINTS = ("kill_executor_before_prepare", "kill_executor_after_commit")
 ALL_POINTS = DRIVER_POINTS + TASK_POINTS
+DIRECT_POINTS = ("kill_task_mid_write",)
+"""For ``at_least_once``: the first attempt of partition 0's task dies (its worker
+exits at once) after writing its first rows, before its transaction is committed."""
 SPECULATION_POINTS = ("speculate_copy_wins", "speculate_original_wins")
 BARRIER_ENV = "SPARKEOS_FAULT_DIR"
 KILL_GROUP_ENV = "SPARKEOS_FAULT_KILL_GROUP"
@@ -111,7 +114,7 @@ class FaultPlan:
         if not spec:
             return cls()
         point, _, batch = spec.partition("@")
-        known = ALL_POINTS + SPECULATION_POINTS + EXECUTOR_POINTS
+        known = ALL_POINTS + SPECULATION_POINTS + EXECUTOR_POINTS + DIRECT_POINTS
         if point not in known:
             raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {known}")
         barrier = os.environ.get(BARRIER_ENV, "")

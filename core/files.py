@@ -39,7 +39,8 @@ from .errors import ConfigurationError, RetriableError
 WEBHDFS_PORT_ENV = "SPARKEOS_WEBHDFS_PORT"
 """The NameNode's HTTP port for ``hdfs://`` URIs (default 9870, Hadoop 3's)."""
 DEFAULT_WEBHDFS_PORT = 9870
-_OBJECT_STORES = ("s3", "s3a", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "oss", "r2")
+OBJECT_STORES = ("s3", "s3a", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "oss", "r2")
+"""Schemes of object stores: no atomic rename, no create-if-absent through Hadoop."""
 
 
 class Files(ABC):
@@ -328,7 +329,7 @@ def split_uri(location: str) -> tuple[Files, str]:
         files = WebHdfsFiles(scheme, parsed.netloc, f"http://{parsed.hostname}:{http_port}",
                              user)
         return files, posixpath.normpath(parsed.path or "/")
-    if scheme in _OBJECT_STORES:
+    if scheme in OBJECT_STORES:
         raise ConfigurationError(
             f"{location!r} is on an object store, where no rename is atomic and a copy "
             "overwrites: a zombie attempt could replace a committed file",
@@ -352,5 +353,5 @@ def resolve_location(location: str) -> str:
     return path
 
 
-__all__ = ["WEBHDFS_PORT_ENV", "Files", "LocalFiles", "WebHdfsFiles", "resolve_location",
-           "split_uri"]
+__all__ = ["OBJECT_STORES", "WEBHDFS_PORT_ENV", "Files", "LocalFiles", "WebHdfsFiles",
+           "resolve_location", "split_uri"]

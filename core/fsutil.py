@@ -82,27 +82,74 @@ def claim_dir(directory: str, txn: Transaction, files: Files = _LOCAL) -> str:
     return directory
 
 
-SHARED_CHECK = ".driver-writes-here"
+MARK_PREFIX = ".driver-mark-"
 
 
-def mark_driver_dir(directory: str, files: Files = _LOCAL) -> None:
-    """Leave the file ``require_shared`` looks for (the driver, in ``validate``)."""
-    check = os.path.join(directory, SHARED_CHECK)
-    if not files.exists(check):
-        try:
-            files.create_new(check, f"{socket.gethostname()}\n".encode())
-        except FileExistsError:
-            pass  # another driver of the same directory was first
+@dataclass(frozen=True)
+class DriverMark:
+    """A file the driver left in a directory it shares with the executors: ``name``,
+    holding ``token``, both fresh for each sink instance (one query run). A task that
+    finds it, with that token, sees the driver's directory, not a copy of it on its own
+    disk (a fixed name would be found in a stale copy too)."""
+
+    name: str
+    token: str
 
 
-def require_shared(directory: str, what: str, txn: Transaction, files: Files = _LOCAL) -> None:
-    """In a task: refuse to stage into ``directory`` unless it is the one the driver
-    marked, i.e. the driver (and the other executors) will find what is staged there.
+def mark_driver_dir(directory: str, files: Files = _LOCAL) -> DriverMark:
+    """Leave a fresh mark for ``require_shared`` (the driver, once per query run), and
+    remove the marks of earlier drivers on this host whose process is gone."""
+    token = uuid.uuid4().hex
+    mark = DriverMark(f"{MARK_PREFIX}{token}", token)
+    host = socket.gethostname()
+    for name in files.listdir(directory):
+        if name.startswith(MARK_PREFIX):
+            _remove_if_orphaned(files, os.path.join(directory, name), host)
+    files.create_new(os.path.join(directory, mark.name),
+                     f"{token}\n{host}\n{os.getpid()}\n".encode())
+    return mark
+
+
+def _remove_if_orphaned(files: Files, path: str, host: str) -> None:
+    try:
+        _token, written_on, pid = files.read(path).decode().split("\n")[:3]
+        alive = written_on != host or _pid_alive(int(pid))
+    except (OSError, ValueError):
+        return  # unreadable or half-written: leave it
+    if not alive:
+        files.delete(path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def require_shared(directory: str, what: str, txn: Transaction, mark: DriverMark | None,
+                   files: Files = _LOCAL) -> None:
+    """In a task: refuse to stage into ``directory`` unless it holds the driver's
+    ``mark``, i.e. the driver (and the other executors) will find what is staged there.
 
     Raises ``ConfigurationError`` naming ``what`` and the fix; the batch is then
     aborted before anything is decided."""
-    check = os.path.join(directory, SHARED_CHECK)
-    if not files.exists(check):
+    if mark is None:
+        raise ConfigurationError(
+            f"{what}: the sink reached a task without the driver's mark of the directory "
+            "(its validate() did not run on the driver before phase 1)",
+            sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+            fix="run the sink through exactly_once()/at_least_once() (or call validate() "
+            "on the driver before begin()); nothing of this batch was committed")
+    check = os.path.join(directory, mark.name)
+    try:
+        seen = files.read(check).decode(errors="replace").split("\n", 1)[0]
+    except FileNotFoundError:
+        seen = None
+    if seen != mark.token:
         raise ConfigurationError(
             f"{what} is not shared: the driver wrote {files.uri(check)}, but this executor "
             f"(host {socket.gethostname()}) does not see it, so what it stages there could "

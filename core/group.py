@@ -16,6 +16,7 @@ count]``; each decided participant names its member.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,17 +65,26 @@ class SinkGroup:
     def from_description(cls, description: Mapping[str, Any]) -> SinkGroup:
         """Rebuild from ``describe()``; ``member.key=value`` entries (``sparkeos recover
         --set db.dsn=...``) override one member's settings, plain ``key=value`` every
-        member that has the setting."""
+        member that has the setting (a field of its class, recorded or secret)."""
         members: dict[str, TransactionalSink[Any]] = {}
         plain = {k: v for k, v in description.items() if not isinstance(v, Mapping)}
+        shared = {k: v for k, v in plain.items() if "." not in k}
+        taken: set[str] = set()
         for name, entry in description.items():
             if not isinstance(entry, Mapping):
                 continue
             own = {k.split(".", 1)[1]: v for k, v in plain.items()
                    if k.startswith(f"{name}.")}
-            shared = {k: v for k, v in plain.items() if "." not in k}
-            settings = {**entry.get("description", {}), **shared, **own}
-            members[name] = load_sink(str(entry["type"]), settings)
+            recorded = dict(entry.get("description", {}))
+            settings_of = _settings_of(str(entry["type"]), recorded)
+            mine = {k: v for k, v in shared.items() if k in settings_of}
+            taken.update(mine)
+            members[name] = load_sink(str(entry["type"]), {**recorded, **mine, **own})
+        unused = sorted(set(shared) - taken)
+        if unused:
+            raise ConfigurationError(
+                f"no member of the sink group has the setting(s) {', '.join(unused)}",
+                fix="check the name, or set it on one member: --set MEMBER.KEY=VALUE")
         return cls(members)
 
     def probe(self, txn: Any) -> TxnState:
@@ -107,12 +117,27 @@ def members_of(sink: TransactionalSink[Any] | SinkGroup) -> dict[str, Transactio
     return {SINGLE: sink}
 
 
-def load_sink(type_name: str, description: Mapping[str, Any]) -> Any:
-    """A sink (or group) rebuilt from its recorded type name and description."""
+def _load_class(type_name: str) -> Any:
     module, _, qualname = type_name.rpartition(".")
     cls: Any = importlib.import_module(module)
     for part in qualname.split("."):
         cls = getattr(cls, part)
+    return cls
+
+
+def _settings_of(type_name: str, recorded: Mapping[str, Any]) -> set[str]:
+    """The settings a sink class takes: its dataclass fields (secret ones included,
+    which are never recorded), else what its description recorded."""
+    cls = _load_class(type_name)
+    names = set(recorded)
+    if dataclasses.is_dataclass(cls):
+        names.update(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def load_sink(type_name: str, description: Mapping[str, Any]) -> Any:
+    """A sink (or group) rebuilt from its recorded type name and description."""
+    cls = _load_class(type_name)
     try:
         return cls.from_description(dict(description))
     except TypeError as exc:

@@ -41,6 +41,11 @@ Rules every implementation must keep (the conformance suite checks them):
   after the writer died.
 * ``commit`` is idempotent: committing an already committed transaction is a no-op.
   If the prepared state is gone and the work is not visible, raise ``DataLossError``.
+* ``commit`` may run twice at once for the same transaction (the driver and ``sparkeos
+  recover --force``; a retried call that went through): every step is safe against
+  its twin (claim with a conditional write or a row lock; after losing a race, look
+  again; never read "gone" as "lost" before checking that the twin finished). Mark the
+  steps with ``core.steps.commit_step`` so the conformance suite can interleave them.
 * ``rollback`` undoes whatever exists for ``txn.txn_id``, and only that; it is
   idempotent and must accept IDs that were never used. Only the coordinator calls it
   (through ``sweep``), for IDs the commit log says can never be committed.
@@ -113,6 +118,10 @@ class TransactionalSink(ABC, Generic[H]):
     """If False, a batch whose schema differs from the first batch's is refused."""
     secret_fields: ClassVar[frozenset[str]] = frozenset()
     """Config fields never written to the commit log or printed."""
+    commit_steps: ClassVar[tuple[str, ...]] = ()
+    """The names of the ``core.steps.commit_step(name, txn)`` calls inside ``commit`` /
+    ``recover_commit``, in order: the conformance suite pauses one of two concurrent
+    committers of the same transaction at each of them (see ``core/steps.py``)."""
 
     # -- driver, once -------------------------------------------------------------------
     def for_guarantee(self, guarantee: Guarantee) -> TransactionalSink[H]:

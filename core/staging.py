@@ -21,7 +21,13 @@ from typing import Any
 
 from .errors import DataLossError, RetriableError
 from .files import Files, split_uri
-from .fsutil import claim_dir, mark_driver_dir, require_shared, require_writable_dir
+from .fsutil import (
+    DriverMark,
+    claim_dir,
+    mark_driver_dir,
+    require_shared,
+    require_writable_dir,
+)
 from .protocol import Receipt
 from .txpool import AttemptRange, Transaction, TransactionPool
 
@@ -73,20 +79,22 @@ class StagingArea:
         """A POSIX root is shared only by a mount (``shared_paths`` of the sink)."""
         return self.files.is_local
 
-    def check_on_driver(self) -> None:
-        """Writable, and marked so tasks can prove they see the same directory."""
+    def check_on_driver(self, mark: DriverMark | None = None) -> DriverMark:
+        """Writable, and marked so tasks can prove they see the same directory: the
+        sink keeps the mark this returns (pass it back on later batches: it is made once
+        per query run) and hands it to ``claim``."""
         require_writable_dir(
             self.path, self.label,
             f"create it and give the Spark user write access, or set {self.setting} to a "
             "directory every executor can reach at the same path", self.files,
         )
-        mark_driver_dir(self.path, self.files)
+        return mark if mark is not None else mark_driver_dir(self.path, self.files)
 
     # -- phase 1 ---------------------------------------------------------------------------
-    def claim(self, txn: Transaction) -> str:
+    def claim(self, txn: Transaction, mark: DriverMark | None) -> str:
         """The attempt's own directory, created exclusively (``AttemptFencedError`` if
         another attempt holds the ID), in the directory the driver marked."""
-        require_shared(self.path, self.label, txn, self.files)
+        require_shared(self.path, self.label, txn, mark, self.files)
         return claim_dir(self.txn_dir(txn), txn, self.files)
 
     def writable_file(self, directory: str, name: str) -> str:

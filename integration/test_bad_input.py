@@ -365,13 +365,14 @@ def file_path_is_a_file(w: World, case: Case) -> None:
 
 
 def file_not_shared(w: World, case: Case) -> None:
-    from sparkeos.core.fsutil import SHARED_CHECK
+    from sparkeos.core.fsutil import MARK_PREFIX
 
     out = w.tmp / "out"
 
     class ExecutorElsewhere(FileSink):
         def begin(self, txn: Any) -> Any:
-            (out / ".sparkeos-staging" / SHARED_CHECK).unlink(missing_ok=True)
+            for mark in (out / ".sparkeos-staging").glob(MARK_PREFIX + "*"):
+                mark.unlink()
             return super().begin(txn)
 
     expect(case, lambda: w.run(ExecutorElsewhere(str(out))))

@@ -15,6 +15,7 @@ from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import ConfigurationError, QueryRunningError, SparkEOSError
 from sparkeos.core.group import load_sink
+from sparkeos.core.lease import lease_held
 from sparkeos.core.protocol import Transaction, TxnState
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
@@ -156,6 +157,8 @@ def _quietly(read: Any) -> Any:
 
 
 def _describe_lease(lease: dict[str, Any]) -> str:
+    if lease.get("released"):
+        return f"released by query {lease.get('query_id')} (it stopped)"
     age = time.time() - float(lease.get("renewed", 0))
     return (f"query {lease.get('query_id')} on {lease.get('host')} (pid {lease.get('pid')}) "
             f"renewed it {age:.0f} s ago, for {float(lease.get('ttl_s', 0)):.0f} s")
@@ -175,11 +178,9 @@ def pid_alive(pid: int) -> bool:
 def check_lease(name: str, log: CommitLog) -> None:
     """Refuse to act while the query that writes this log is running."""
     lease = log.read_lease()
-    if not lease:
+    if not lease_held(lease):
         return
-    age = time.time() - float(lease.get("renewed", 0))
-    if age > float(lease.get("ttl_s", 0)):
-        return
+    assert lease is not None
     if lease.get("host") == socket.gethostname() and not pid_alive(int(lease.get("pid", 0))):
         return  # the driver that renewed it is gone
     raise QueryRunningError(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from sparkeos.cli import main
@@ -162,3 +164,32 @@ def test_recover_and_probe_a_sink_group(tmp_path, capsys):
     assert "SinkGroup" in text and "destination holds: prepared" in text
     assert main(["recover", ckpt]) == 0
     assert ids(outs["a"]) == ids(outs["b"]) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("command", ["status", "recover"])
+def test_a_record_purged_while_it_is_read_is_left_out(tmp_path, capsys, monkeypatch,
+                                                      command):
+    """The running query purges batch 0's records (in its order: begun, outcome,
+    finished) between the CLI's listing and its reading them. `status` and `recover`
+    carry on without batch 0 (a FileNotFoundError traceback before)."""
+    from sparkeos.core.commitlog import LocalStore, record_name
+
+    ckpt, out = crashed_checkpoint(tmp_path, "after_decided")
+    purged = [record_name(0, "begun", 0), record_name(0, "outcome", 0),
+              record_name(0, "finished")]
+    reading = LocalStore.read
+
+    def purged_before_read(self, name):  # type: ignore[no-untyped-def]
+        if name == purged[0] and os.path.exists(os.path.join(self.directory, name)):
+            for record in purged:  # listed a moment ago, purged now
+                os.unlink(os.path.join(self.directory, record))
+        return reading(self, name)
+
+    monkeypatch.setattr(LocalStore, "read", purged_before_read)
+    assert main([command, ckpt]) == 0
+    text = capsys.readouterr().out
+    if command == "status":
+        assert "unresolved batches: 1" in text and "finished" not in text
+    else:
+        assert "batch 1 committed" in text and "batch 0" not in text
+        assert ids(out) == [1, 2, 3, 4]

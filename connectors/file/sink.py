@@ -39,12 +39,14 @@ import pyarrow as pa
 from sparkeos.core.errors import ConfigurationError, DataLossError
 from sparkeos.core.files import Files, split_uri
 from sparkeos.core.fsutil import (
+    DriverMark,
     claim_dir,
     mark_driver_dir,
     require_shared,
     require_writable_dir,
 )
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.steps import commit_step
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 STAGING_DIR = ".sparkeos-staging"
@@ -64,7 +66,8 @@ class _Staged:
     file_name: str
     local_dir: str
     """Where the part file is written: ``directory`` itself on a POSIX path, a
-    temporary directory on this host for HDFS (uploaded at prepare)."""
+    temporary directory on this host for HDFS (made with the first row, uploaded at
+    prepare; empty until then)."""
     writer: Any = None
     rows: int = 0
 
@@ -83,6 +86,8 @@ class FileSink(TransactionalSink[_Staged]):
     format: str = "parquet"
     compression: str = "snappy"
     fsync: bool = True
+
+    commit_steps = ("checked", "published")
 
     def __post_init__(self) -> None:
         if not self.path:
@@ -109,6 +114,11 @@ class FileSink(TransactionalSink[_Staged]):
         return self.files.uri(self._root_path)
 
     @property
+    def _driver_mark(self) -> DriverMark | None:
+        mark: DriverMark | None = self.__dict__.get("_mark")
+        return mark
+
+    @property
     def _root_path(self) -> str:
         root: str = self.__dict__["_root"]
         return root
@@ -133,15 +143,19 @@ class FileSink(TransactionalSink[_Staged]):
             "create the directory and give the Spark user write access, or choose another "
             "path", self.files,
         )
-        mark_driver_dir(staging, self.files)
+        if self._driver_mark is None:  # once per query run; tasks get it with the sink
+            self.__dict__["_mark"] = mark_driver_dir(staging, self.files)
 
     # -- phase 1 -------------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Staged:
         files = self.files
-        require_shared(self._staging_root(), f"output directory {self.directory}", txn, files)
+        require_shared(self._staging_root(), f"output directory {self.directory}", txn,
+                       self._driver_mark, files)
         directory = claim_dir(self._txn_dir(txn.txn_id), txn, files)
-        local_dir = directory if files.is_local else tempfile.mkdtemp(prefix="sparkeos-part-")
-        return _Staged(txn, directory, self._final_name(txn), local_dir)
+        # On HDFS the part file is written on this host first; its temporary directory
+        # is made with the first row (an empty partition leaves nothing behind).
+        return _Staged(txn, directory, self._final_name(txn),
+                       directory if files.is_local else "")
 
     def write(self, handle: _Staged, batch: pa.RecordBatch) -> None:
         if handle.writer is None:
@@ -173,7 +187,7 @@ class FileSink(TransactionalSink[_Staged]):
                 handle.writer.close()
             except Exception:
                 pass
-        if handle.local_dir != handle.directory:
+        if handle.local_dir and handle.local_dir != handle.directory:
             shutil.rmtree(handle.local_dir, ignore_errors=True)
         self.files.delete(handle.directory)
 
@@ -185,6 +199,7 @@ class FileSink(TransactionalSink[_Staged]):
             staged = posixpath.join(self._txn_dir(txn.txn_id), name)
             final = posixpath.join(self._root_path, name)
             if not files.exists(final):
+                commit_step("checked", txn)
                 try:
                     # Never over an existing file: a zombie can never overwrite a
                     # committed one.
@@ -192,6 +207,12 @@ class FileSink(TransactionalSink[_Staged]):
                 except FileExistsError:
                     pass
                 except FileNotFoundError:
+                    # A twin commit of the same decided transaction (the driver and
+                    # `recover --force`, a retried call) may have published it and
+                    # deleted the staging directory since the check above.
+                    if files.exists(final):
+                        files.delete(self._txn_dir(txn.txn_id))
+                        return
                     staged_on = receipt.get("host")
                     if staged_on and staged_on != socket.gethostname():
                         raise ConfigurationError(
@@ -212,6 +233,7 @@ class FileSink(TransactionalSink[_Staged]):
                     ) from None
                 if self.fsync:
                     files.make_durable(self._root_path)
+                commit_step("published", txn)
         files.delete(self._txn_dir(txn.txn_id))
 
     def rollback(self, txn: Transaction) -> None:
@@ -258,6 +280,8 @@ class FileSink(TransactionalSink[_Staged]):
                 f"{FORMATS[self.format]}")
 
     def _open_writer(self, handle: _Staged, schema: pa.Schema) -> Any:
+        if not handle.local_dir:
+            handle.local_dir = tempfile.mkdtemp(prefix="sparkeos-part-")
         target = os.path.join(handle.local_dir, handle.file_name)
         if self.format == "parquet":
             import pyarrow.parquet as pq

@@ -33,6 +33,8 @@ PREPARED_LIMIT_FIX = (
 # SQLSTATE codes (https://www.postgresql.org/docs/current/errcodes-appendix.html).
 UNDEFINED_OBJECT = "42704"
 LOCK_NOT_AVAILABLE = "55P03"
+OBJECT_IN_USE = "55006"
+"""E.g. COMMIT PREPARED of a gid another session is committing at this moment."""
 OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
 OUT_OF_MEMORY = "53200"
 DUPLICATE_OBJECT = "42710"

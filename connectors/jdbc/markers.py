@@ -11,8 +11,11 @@ that marker and writes nothing.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import Any
 
+from sparkeos.core.observe import log_event
 from sparkeos.core.txpool import Transaction
 
 from .errors import MARKER_KEY_SUFFIX
@@ -79,16 +82,35 @@ def committed_txn(conn: Any, marker: Any, txn: Transaction) -> str | None:
         return partition_committed_by(cur, marker, txn)
 
 
-def purge(cur: Any, marker: Any, txn: Transaction, retention: int) -> None:
-    """Delete markers of batches older than ``retention`` batches (partition 0 does it,
-    inside its own transaction)."""
+def purge(conn: Any, marker: Any, txn: Transaction, retention: int,
+          lock_timeout_sql: str) -> None:
+    """Delete markers of batches older than ``retention`` batches: partition 0's commit
+    does it, after the commit, in a short transaction of its own. Never inside a
+    prepared transaction: its row locks would last until phase 2, and a retry of
+    partition 0's task (its first attempt prepared, then its executor died) would wait
+    on them until the lock timeout. Best effort: what is left is purged next batch."""
     from psycopg2 import sql
 
     horizon = txn.batch_id - retention
-    if txn.partition == 0 and horizon > 0:
-        cur.execute(sql.SQL(
-            "DELETE FROM {m} WHERE query_key = %s AND sink = %s AND batch_id < %s"
-        ).format(m=marker), (txn.query_key, txn.sink, horizon))
+    if txn.partition != 0 or horizon <= 0:
+        return
+    try:
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            try:
+                cur.execute(lock_timeout_sql)
+                cur.execute(sql.SQL(
+                    "DELETE FROM {m} WHERE query_key = %s AND sink = %s AND batch_id < %s"
+                ).format(m=marker), (txn.query_key, txn.sink, horizon))
+                cur.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    cur.execute("ROLLBACK")
+                raise
+    except Exception as exc:
+        log_event("postgres.marker_purge_failed", logging.WARNING, sink=txn.sink,
+                  batch=txn.batch_id, cause=str(exc).strip().splitlines()[0] if str(exc)
+                  else type(exc).__name__)
 
 
 def other_queries(conn: Any, marker: Any, query_key: str, sink: str,

@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparkeos.core.errors import TransactionIdCollisionError
+from sparkeos.core.errors import RetriableError, TransactionIdCollisionError
 from sparkeos.core.observe import log_event
 from sparkeos.core.txpool import AttemptRange, Transaction, TransactionPool
 
@@ -64,6 +65,26 @@ def prepared_xid(conn: Any, txn: Transaction, gid: str, target: str) -> int | No
             f"database {row[2]!r}; or give this sink another name",
         )
     return int(row[0])
+
+
+def wait_until_resolved(conn: Any, gid: str, timeout_s: float) -> None:
+    """Wait while another session finishes ``gid`` (COMMIT or ROLLBACK PREPARED answered
+    "busy"): until it is gone from ``pg_prepared_xacts``, at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,))
+            if cur.fetchone() is None:
+                return
+        if time.monotonic() > deadline:
+            raise RetriableError(
+                f"prepared transaction {gid} stayed busy for {timeout_s:.0f} s: another "
+                "session holds it (a second committer of the same batch)",
+                txn_id=gid, fix="restart the query or run `sparkeos recover`: the batch is "
+                "decided and is committed then")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
 
 
 def rollback_prepared(conn: Any, txn: Transaction, gid: str, reason: str) -> bool:

@@ -68,6 +68,7 @@ from sparkeos.core.errors import (
 )
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.steps import commit_step
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from . import arrowpg, markers, prepared, upsert
@@ -75,6 +76,7 @@ from . import dsn as dsn_mod
 from .connections import POOL, discard
 from .errors import (
     DUPLICATE_TABLE,
+    OBJECT_IN_USE,
     OUT_OF_MEMORY,
     UNDEFINED_OBJECT,
     pg_code,
@@ -222,6 +224,12 @@ class PostgresSink(TransactionalSink[PgTransaction]):
         if self._plain:
             return frozenset({Guarantee.AT_LEAST_ONCE, Guarantee.NONE})
         return frozenset(Guarantee)
+
+    @property  # a property: the commit differs by mode
+    def commit_steps(self) -> tuple[str, ...]:  # type: ignore[override]
+        if self._staged:
+            return ("claimed", "applied")
+        return () if self._plain else ("looked_up", "committed")
 
     def for_guarantee(self, guarantee: Guarantee) -> PostgresSink:
         if self.mode == "upsert" and self.commit_in_task is None:
@@ -511,8 +519,6 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                         self._ident(self.table), sql.Identifier(STAGE_TABLE), handle.columns,
                         self.key, self.order_by or ()))
                 if self._prepared:
-                    markers.purge(cur, self._ident(self.marker_table), txn,
-                                  self.marker_retention)
                     cur.execute("PREPARE TRANSACTION %s", (handle.gid,))
                 else:
                     cur.execute("COMMIT")
@@ -607,23 +613,33 @@ class PostgresSink(TransactionalSink[PgTransaction]):
                 with self._db(f"applying the upserts of {txn.txn_id}", txn, phase="commit"):
                     POOL.run(self.dsn, self.connect_timeout_s,
                              lambda conn: self._publish_on(conn, txn, receipt["columns"]))
-            return
-        gid = txn.txn_id
-        xid = receipt.get("xid")
-        with self._db(f"committing prepared transaction {gid}", txn, phase="commit"):
-            POOL.run(self.dsn, self.connect_timeout_s,
-                     lambda conn: self._commit_on(conn, txn, gid,
-                                                  None if xid is None else int(xid)))
+        else:
+            gid = txn.txn_id
+            xid = receipt.get("xid")
+            with self._db(f"committing prepared transaction {gid}", txn, phase="commit"):
+                POOL.run(self.dsn, self.connect_timeout_s,
+                         lambda conn: self._commit_on(conn, txn, gid,
+                                                      None if xid is None else int(xid)))
+        if txn.partition == 0:
+            marker, timeout = self._ident(self.marker_table), self._lock_timeout_sql
+            POOL.run(self.dsn, self.connect_timeout_s, lambda conn: markers.purge(
+                conn, marker, txn, self.marker_retention, timeout))
 
     def _commit_on(self, conn: Any, txn: Transaction, gid: str, xid: int | None) -> None:
         row = prepared.prepared_xid(conn, txn, gid, self._target)
+        commit_step("looked_up", txn)
         if row is not None:
             if xid is None or row == xid:
                 try:
                     _execute(conn, "COMMIT PREPARED %s", (gid,))
+                    commit_step("committed", txn)
                     return
                 except Exception as exc:
-                    if pg_code(exc) != UNDEFINED_OBJECT:
+                    if pg_code(exc) == OBJECT_IN_USE:
+                        # A twin commit (the driver and `recover --force`) is finishing
+                        # this gid right now: wait until it is done, then ask the marker.
+                        prepared.wait_until_resolved(conn, gid, self.lock_timeout_s)
+                    elif pg_code(exc) != UNDEFINED_OBJECT:
                         raise
                     # gone between the look-up and the commit: decide by the marker
             else:
@@ -654,8 +670,7 @@ class PostgresSink(TransactionalSink[PgTransaction]):
         assert self.key
         marker = self._ident(self.marker_table)
         outcome = upsert.publish(conn, txn, marker, self._ident(self.table), columns,
-                                 self.key, self.order_by or (), self._lock_timeout_sql,
-                                 self.marker_retention)
+                                 self.key, self.order_by or (), self._lock_timeout_sql)
         if outcome == "already":
             log_event("postgres.already_committed", sink=txn.sink, batch=txn.batch_id,
                       txn=txn.txn_id)

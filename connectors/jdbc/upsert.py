@@ -10,7 +10,9 @@ on its own batch's locks until the lock timeout, and the batch would fail. So:
     phase 2 (driver)  one local transaction: the marker row (claims the partition:
                       a second commit of the same ID waits on it, then finds it),
                       INSERT INTO target SELECT DISTINCT ON (key) ... FROM stage
-                      ON CONFLICT (key) DO UPDATE, DROP the stage; COMMIT.
+                      ON CONFLICT (key) DO UPDATE, DROP the stage; COMMIT. Then
+                      partition 0 deletes marker rows past the retention, in a
+                      statement of its own.
     rollback          DROP the attempt's stage (and end its session).
 
 Stage tables live in the marker table's schema, named after a hash of the attempt's
@@ -25,6 +27,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sparkeos.core.steps import commit_step
 from sparkeos.core.txpool import Transaction
 
 from . import markers
@@ -87,11 +90,16 @@ def upsert_sql(target: Any, source: Any, columns: Sequence[str], key: Sequence[s
 
 
 def publish(conn: Any, txn: Transaction, marker: Any, target: Any, columns: Sequence[str],
-            key: Sequence[str], order_by: Sequence[str], lock_timeout_sql: str,
-            retention: int) -> str:
+            key: Sequence[str], order_by: Sequence[str], lock_timeout_sql: str) -> str:
     """Apply the attempt's stage to ``target`` once. Returns ``"published"``,
     ``"already"`` (committed before by this ID), ``"other:<txn id>"`` (another ID
-    committed the partition) or ``"missing"`` (no stage and no marker: lost)."""
+    committed the partition) or ``"missing"`` (no stage and no marker: lost).
+
+    The marker row is inserted before the stage is looked at: a twin commit of the same
+    ID (the driver and ``recover --force``) then either waits on that row's key until
+    this one ends and finds it committed, or this one waits on the twin's. So a stage
+    found missing after the insert was never applied by anyone: it is lost, not
+    committed by a twin that dropped it a moment ago."""
     from psycopg2 import sql
 
     stage = stage_ident(marker, txn.txn_id)
@@ -101,10 +109,6 @@ def publish(conn: Any, txn: Transaction, marker: Any, target: Any, columns: Sequ
             cur.execute(lock_timeout_sql)
             held = markers.partition_committed_by(cur, marker, txn)
             if held is None:
-                cur.execute("SELECT to_regclass(%s)", (stage.as_string(conn),))
-                if cur.fetchone()[0] is None:
-                    cur.execute("ROLLBACK")
-                    return "missing"
                 try:
                     markers.insert(cur, marker, txn)
                 except Exception as exc:
@@ -113,10 +117,15 @@ def publish(conn: Any, txn: Transaction, marker: Any, target: Any, columns: Sequ
                     # Another commit of this ID got there first and has committed.
                     cur.execute("ROLLBACK")
                     return "already"
+                commit_step("claimed", txn)
+                cur.execute("SELECT to_regclass(%s)", (stage.as_string(conn),))
+                if cur.fetchone()[0] is None:
+                    cur.execute("ROLLBACK")
+                    return "missing"
                 cur.execute(upsert_sql(target, stage, columns, key, order_by))
                 cur.execute(sql.SQL("DROP TABLE {s}").format(s=stage))
-                markers.purge(cur, marker, txn, retention)
                 cur.execute("COMMIT")
+                commit_step("applied", txn)
                 return "published"
             cur.execute("ROLLBACK")
         except BaseException:

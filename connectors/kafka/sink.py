@@ -91,6 +91,7 @@ from sparkeos.core.protocol import (
 )
 from sparkeos.core.records import RecordLayout, check_format, iter_records
 from sparkeos.core.staging import StagingArea, default_dir
+from sparkeos.core.steps import commit_step
 from sparkeos.core.txpool import AttemptRange
 
 from . import clients
@@ -118,10 +119,14 @@ _SECRET_KEY = re.compile(r"password|secret|credential|token|private|\.pem$|ssl_k
                          r"oauthbearer\.config|jaas", re.IGNORECASE)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _OFFSET_INVALID = -1001
+PUBLISH_BUDGET = 0.8
+"""The share of transaction.timeout.ms a participant's publish may take at the slowest
+rate the sink assumes (the rest is for connecting, the marker and the commit)."""
 _validated: set[str] = set()
 _validated_lock = threading.Lock()
-_known_topics: set[str] = set()
-"""Topics seen to exist in this process (per-row topics are checked once each)."""
+_known_topics: set[tuple[str, str]] = set()
+"""(cluster, topic) seen to exist in this process (per-row topics are checked once
+each; two clusters may both have a topic of one name, or only one of them)."""
 
 T = TypeVar("T")
 
@@ -180,6 +185,9 @@ class KafkaSink(TransactionalSink[_Handle]):
     ``transactional_id_prefix`` / ``marker_group_prefix``: prefixes for ACLs (the
     transactional ID is ``<prefix>seos-<query>-<sink>-p<partition>-s<slot>``).
     ``timeout_s``: bound on every broker operation (connect, init, commit, marker read).
+    ``min_publish_bytes_per_s``: the slowest rate a phase-2 publish is assumed to reach;
+    a batch whose largest participant could not be published within
+    ``transaction_timeout_ms`` at it is refused before its decision.
     """
 
     bootstrap_servers: str
@@ -200,8 +208,11 @@ class KafkaSink(TransactionalSink[_Handle]):
     marker_topic: str = DEFAULT_MARKER_TOPIC
     marker_group_prefix: str = DEFAULT_MARKER_GROUP_PREFIX
     timeout_s: float = 30.0
+    min_publish_bytes_per_s: float = 1_000_000.0
 
     commit_location: ClassVar[CommitLocation] = CommitLocation.TASKS
+    commit_steps: ClassVar[tuple[str, ...]] = ("initialised", "checked", "produced",
+                                               "committed")
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -247,6 +258,9 @@ class KafkaSink(TransactionalSink[_Handle]):
             )
         if self.timeout_s <= 0:
             raise ConfigurationError(f"timeout_s={self.timeout_s!r} must be > 0")
+        if not self.min_publish_bytes_per_s > 0:
+            raise ConfigurationError(
+                f"min_publish_bytes_per_s={self.min_publish_bytes_per_s!r} must be > 0")
         if not self.marker_topic or _UNSAFE.search(self.marker_topic):
             raise ConfigurationError(
                 f"invalid marker_topic {self.marker_topic!r}",
@@ -324,9 +338,22 @@ class KafkaSink(TransactionalSink[_Handle]):
                              + re.escape(f"{sink}.{mine.rsplit('.', 1)[1]}") + r"\.p\d+$")
         try:
             records = read_topic(self.bootstrap_servers, self.marker_topic,
-                                 timeout_s=self.timeout_s, config=self.producer_config)
-        except Exception:
-            return None  # unreadable now: validate reports the broker's state
+                                 timeout_s=self.timeout_s, config=self.producer_config,
+                                 open_transactions="fail")
+        except Exception as exc:
+            # Fail closed: "no other output" must be known, never assumed; the check
+            # runs again on the next batch.
+            raise RetriableError(
+                f"could not read the progress records in {self.marker_topic} on "
+                f"{self.bootstrap}, which tell whether another query (a lost checkpoint) "
+                f"already wrote sink {sink!r}: {_short(exc)}",
+                sink=sink,
+                fix="make the marker topic readable (the broker up, the consumer allowed "
+                "to read it, no transaction left open on it for longer than "
+                "transaction.timeout.ms) and restart the query; or pass "
+                "exactly_once(..., existing_output='accept') if you know there is none; "
+                "nothing was written",
+            ) from None
         others: dict[str, int] = {}
         for record in records:
             match = pattern.match((record.key() or b"").decode(errors="replace"))
@@ -404,7 +431,7 @@ class KafkaSink(TransactionalSink[_Handle]):
         missing topic would time out after the decision, the batch stuck until the
         topic appears)."""
         for topic in topics:
-            if topic in _known_topics:
+            if (self.bootstrap_servers, topic) in _known_topics:
                 continue
             if not clients.topic_available(self.client_config(), topic, self.timeout_s):
                 raise ConfigurationError(
@@ -415,7 +442,7 @@ class KafkaSink(TransactionalSink[_Handle]):
                     "KafkaSink(topic=...) / the topic column; nothing of this batch was "
                     "committed",
                 )
-            _known_topics.add(topic)
+            _known_topics.add((self.bootstrap_servers, topic))
 
     def _broker_config(self, admin: Any, metadata: Any) -> dict[str, str]:
         from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -483,12 +510,12 @@ class KafkaSink(TransactionalSink[_Handle]):
             )
 
     def _check_staging_dir(self) -> None:
-        self.staging.check_on_driver()
+        self.__dict__["_mark"] = self.staging.check_on_driver(self.__dict__.get("_mark"))
 
     # -- phase 1 (tasks) ---------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Handle:
         if self.mode == "staged":
-            return _Handle(txn, directory=self.staging.claim(txn))
+            return _Handle(txn, directory=self.staging.claim(txn, self.__dict__.get("_mark")))
         handle = _Handle(txn)
         producer = self._init_producer(txn, PHASE1)
         try:
@@ -527,6 +554,27 @@ class KafkaSink(TransactionalSink[_Handle]):
         except BaseException as exc:
             raise self._error(underlying(handle.producer, exc), handle.txn, PHASE1,
                               "produce") from None
+
+    def before_decision(self, batch_id: int, receipts: Sequence[Receipt]) -> None:
+        """A participant's publish is one Kafka transaction: one that cannot end within
+        ``transaction.timeout.ms`` is aborted by the broker on every retry, and a decided
+        batch would never be committed. Refuse it before the decision."""
+        if self.mode != "staged":
+            return
+        budget_s = PUBLISH_BUDGET * self.transaction_timeout_ms / 1000
+        largest = max((int(r.get("bytes") or 0) for r in receipts), default=0)
+        if largest / self.min_publish_bytes_per_s <= budget_s:
+            return
+        raise ConfigurationError(
+            f"batch {batch_id}: one participant staged {largest / 1e6:.1f} MB; published "
+            f"at {self.min_publish_bytes_per_s / 1e6:.1f} MB/s (min_publish_bytes_per_s) it "
+            f"would outlast transaction.timeout.ms ({self.transaction_timeout_ms} ms) and "
+            "the broker would abort it on every retry",
+            batch_id=batch_id,
+            fix="raise KafkaSink(transaction_timeout_ms=...) (up to the brokers' "
+            "transaction.max.timeout.ms), spread the batch over more writers "
+            "(exactly_once(..., writers=N)), or bound the batch (maxOffsetsPerTrigger, "
+            "maxFilesPerTrigger); nothing of this batch was sent")
 
     def prepare(self, handle: _Handle) -> Receipt:
         txn = handle.txn
@@ -606,15 +654,28 @@ class KafkaSink(TransactionalSink[_Handle]):
     def _publish(self, txn: Transaction, receipt: Receipt, recovering: bool) -> None:
         producer = self._init_producer(txn, PHASE2)
         try:
+            commit_step("initialised", txn)
             if self._committed_batch(txn, PHASE2, recovering) >= txn.batch_id:
                 return  # committed before (an earlier attempt or run): idempotent
+            commit_step("checked", txn)
             path = self._staged_path(txn, receipt)
+            if path is None:
+                return
             producer.begin_transaction()
-            with self.staging.open_staged(path) as source:
-                reader = pa.ipc.open_file(source)
-                for i in range(reader.num_record_batches):
-                    self._produce(producer, reader.get_batch(i), txn)
+            try:
+                with self.staging.open_staged(path) as source:
+                    reader = pa.ipc.open_file(source)
+                    for i in range(reader.num_record_batches):
+                        self._produce(producer, reader.get_batch(i), txn)
+            except FileNotFoundError:
+                # Deleted while read (HDFS): by a twin that committed, or lost.
+                if self._staged_path(txn, receipt) is None:
+                    _abort_quietly(producer, self.timeout_s)
+                    return
+                raise
+            commit_step("produced", txn)
             self._commit_with_marker(producer, txn)
+            commit_step("committed", txn)
         except BaseException as exc:
             original = underlying(producer, exc)
             _abort_quietly(producer, self.timeout_s)
@@ -702,7 +763,8 @@ class KafkaSink(TransactionalSink[_Handle]):
         key = self.marker_group(txn).encode()
         try:
             records = read_topic(self.bootstrap_servers, self.marker_topic,
-                                 timeout_s=self.timeout_s, config=self.producer_config)
+                                 timeout_s=self.timeout_s, config=self.producer_config,
+                                 open_transactions="fail")
         except BaseException as exc:
             raise self._error(exc, txn, phase, "progress read") from None
         batches = [int(json.loads(r.value())["batch"]) for r in records if r.key() == key]
@@ -807,10 +869,15 @@ class KafkaSink(TransactionalSink[_Handle]):
     def _delete_staged(self, txn: Transaction) -> None:
         self.staging.delete(txn)
 
-    def _staged_path(self, txn: Transaction, receipt: Receipt) -> str:
+    def _staged_path(self, txn: Transaction, receipt: Receipt) -> str | None:
+        """The decided attempt's staged file; None if a twin commit (the driver and
+        `recover --force`, a retried task) published it and deleted it since this one
+        read the marker; ``DataLossError`` if it is gone and nobody committed it."""
         path = self.staging.staged_file(txn, receipt, self.transactional_id(txn))
         if path is not None:
             return path
+        if self._committed_batch(txn, PHASE2, recovering=True) >= txn.batch_id:
+            return None
         path = self.staging.files.uri(posixpath.join(self.staging.path, str(receipt["file"])))
         raise DataLossError(
             f"staged file {path} of a decided transaction is gone and the marker shows the "
@@ -838,10 +905,15 @@ def _short(exc: BaseException) -> str:
 
 
 def read_topic(bootstrap_servers: str, topic: str, *, isolation: str = "read_committed",
-               timeout_s: float = 30.0,
-               config: Mapping[str, Any] | None = None) -> list[Any]:
+               timeout_s: float = 30.0, config: Mapping[str, Any] | None = None,
+               open_transactions: str = "skip") -> list[Any]:
     """Every message of ``topic`` (all partitions, from the start) as a
-    ``read_committed`` consumer sees it now; for tests and checks."""
+    ``read_committed`` consumer sees it now; for tests and checks.
+
+    A transaction left open on a partition hides every record after its first one from
+    a ``read_committed`` reader until it ends. ``open_transactions="skip"`` returns what
+    is readable once the end stayed put a while; ``"fail"`` raises ``TimeoutError``
+    instead (a check that must see every committed record: it cannot decide)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     def consumer_for(level: str) -> Any:
@@ -883,7 +955,7 @@ def read_topic(bootstrap_servers: str, topic: str, *, isolation: str = "read_com
         # reach the partitions just after, and until then a read_committed consumer
         # stops short of them. An end below the high watermark is accepted only after
         # it stayed put for a while (an open transaction of another producer).
-        settle_s = min(timeout_s, 5.0)
+        settle_s = min(timeout_s, 5.0) if open_transactions == "skip" else float("inf")
         short_since: dict[int, float] = {}
         while pending and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
@@ -906,7 +978,8 @@ def read_topic(bootstrap_servers: str, topic: str, *, isolation: str = "read_com
                 pending.discard(msg.partition())
         if pending:
             raise TimeoutError(f"reading {topic}: partitions {sorted(pending)} not drained "
-                               f"within {timeout_s} s")
+                               f"within {timeout_s} s (a transaction open on them hides "
+                               "the records after it)")
         return out
     finally:
         consumer.close()

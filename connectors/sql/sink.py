@@ -54,6 +54,7 @@ class SqlTableSink(TransactionalSink[Staging]):
     key: Sequence[str] | None = None
 
     secret_fields = frozenset({"url"})
+    commit_steps = ("claimed", "moved")
 
     def __post_init__(self) -> None:
         key = (self.key,) if isinstance(self.key, str) else self.key

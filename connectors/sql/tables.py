@@ -17,6 +17,7 @@ from sparkeos.core.errors import (
     SchemaMismatchError,
     SparkEOSError,
 )
+from sparkeos.core.steps import commit_step
 from sparkeos.core.txpool import Transaction
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -154,10 +155,17 @@ class Tables:
         target = self._target()
         stage = self._stage(target)
         with self.engine.begin() as conn:
-            held = conn.execute(sa.select(self.txns.c.committed).where(
-                self.txns.c.txn_id == txn.txn_id)).first()
-            if held is None or held.committed:
+            # Claim first, with a write: a twin commit of the same ID (the driver and
+            # `recover --force`) waits on this row until we commit, then finds it
+            # committed. A plain read here let both twins copy the stage.
+            claimed = conn.execute(self.txns.update().where(
+                self.txns.c.txn_id == txn.txn_id, self.txns.c.committed.is_(False)
+            ).values(committed=True)).rowcount
+            if claimed != 1:
+                held = conn.execute(sa.select(self.txns.c.committed).where(
+                    self.txns.c.txn_id == txn.txn_id)).first()
                 return None if held is None else 0
+            commit_step("claimed", txn)
             mine = stage.c[TXN_COLUMN] == txn.txn_id
             moved = 0
             if columns:  # else an empty partition staged nothing
@@ -168,8 +176,7 @@ class Tables:
                 moved = conn.execute(target.insert().from_select(
                     columns, sa.select(*[stage.c[c] for c in columns]).where(mine))).rowcount
             conn.execute(stage.delete().where(mine))
-            conn.execute(self.txns.update().where(self.txns.c.txn_id == txn.txn_id)
-                         .values(committed=True))
+            commit_step("moved", txn)
         return int(moved)
 
     @translated("rolling back staged rows of")

@@ -72,6 +72,7 @@ from sparkeos.core.protocol import (
 )
 from sparkeos.core.records import RecordLayout, check_format, iter_records
 from sparkeos.core.staging import StagingArea, default_dir
+from sparkeos.core.steps import commit_step
 
 from .client import (
     ARTEMIS,
@@ -151,6 +152,7 @@ class StompSink(TransactionalSink[_Handle]):
 
     commit_location: ClassVar[CommitLocation] = CommitLocation.TASKS
     secret_fields: ClassVar[frozenset[str]] = frozenset({"passcode", "ssl_options"})
+    commit_steps: ClassVar[tuple[str, ...]] = ("checked", "sent", "marked")
 
     def __post_init__(self) -> None:
         endpoint = Endpoint.parse(self.url, passcode=self.passcode)
@@ -230,11 +232,12 @@ class StompSink(TransactionalSink[_Handle]):
     @classmethod
     def from_description(cls, description: Mapping[str, Any]) -> StompSink:
         settings = dict(description)
-        if settings.pop("passcode_omitted", False):
+        if settings.pop("passcode_omitted", False) and not settings.get("passcode"):
             raise ConfigurationError(
                 "the recorded StompSink omits its passcode",
-                fix="rebuild the sink in your code (with its passcode) and restart the "
-                "query; it finishes any pending commits first",
+                fix="give it: `sparkeos recover <checkpoint> --set passcode=...`; or "
+                "rebuild the sink in your code (with its passcode) and restart the query: "
+                "it finishes any pending commits first",
             )
         settings["heartbeats"] = tuple(settings.get("heartbeats", (0, 0)))
         return cls(**settings)
@@ -267,7 +270,7 @@ class StompSink(TransactionalSink[_Handle]):
     # -- driver --------------------------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
         self.layout().check_schema(schema)
-        self.staging.check_on_driver()
+        self.__dict__["_mark"] = self.staging.check_on_driver(self.__dict__.get("_mark"))
         self.check_broker()
 
     def check_broker(self) -> str:
@@ -317,7 +320,7 @@ class StompSink(TransactionalSink[_Handle]):
 
     # -- phase 1 ------------------------------------------------------------------------------
     def begin(self, txn: Transaction) -> _Handle:
-        return _Handle(txn, self.staging.claim(txn))
+        return _Handle(txn, self.staging.claim(txn, self.__dict__.get("_mark")))
 
     def write(self, handle: _Handle, batch: pa.RecordBatch) -> None:
         records = self.layout().serialize(batch)
@@ -362,6 +365,7 @@ class StompSink(TransactionalSink[_Handle]):
         if self._published_batch(txn) >= txn.batch_id:
             self.rollback(txn)  # published before (a retried commit): idempotent
             return
+        commit_step("checked", txn)
         try:
             self._publish(txn, self._staged_path(txn, receipt))
         except (DataLossError, FileNotFoundError) as exc:
@@ -391,7 +395,9 @@ class StompSink(TransactionalSink[_Handle]):
                 "retries the task; else restart the query); the broker drops what a "
                 "re-publish repeats",
             ) from None
+        commit_step("sent", txn)
         self._mark_published(txn)
+        commit_step("marked", txn)
         self.rollback(txn)
 
     def _publish(self, txn: Transaction, path: str) -> None:

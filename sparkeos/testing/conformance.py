@@ -48,6 +48,7 @@ from sparkeos.core.protocol import CommitLocation, Transaction, TransactionalSin
 
 from .inprocess import ID_SCHEMA, ArrowRunner, ListRunner, id_batch, run_uncommitted
 from .job import JobResult, JobSpec, load_factory, run_job_process, write_input
+from .races import RaceCases
 
 BEFORE_DECISION = ("after_begun", "after_all_prepared", "kill_driver_after_first_prepare")
 AFTER_ALL_COMMITS = ("after_all_commits", "after_finished")
@@ -76,7 +77,7 @@ def assert_exactly_once(visible: list[int], expected: list[int]) -> None:
     )
 
 
-class ConnectorConformance:
+class ConnectorConformance(RaceCases):
     files = 3
     rows_per_file = 30
     partitions = 2
@@ -195,6 +196,25 @@ class ConnectorConformance:
         # A restart with nothing new to read writes nothing.
         assert self.run(spec).returncode == 0
         assert_exactly_once(self.visible_ids(workdir), expected)
+
+    @pytest.mark.chaos
+    def test_at_least_once_task_killed_mid_write_then_restart(self, workdir: str) -> None:
+        """``at_least_once`` never gets stuck: the first attempt of a task dies (its
+        worker exits at once, as under kill -9) after writing some rows; with no task
+        retries the query fails. The restart replays the batch with the same task IDs,
+        where the dead attempt's claim still lies: every id arrives (at least once)."""
+        if not self.at_least_once_supported(workdir):
+            pytest.skip("the connector does not offer at_least_once")
+        expected = self.prepare_input(workdir)
+        spec = self.job(workdir, mode="at_least_once")
+        failed = self.run(spec, fault=f"kill_task_mid_write@{CRASH_BATCH}")
+        assert failed.returncode != 0, failed.tail()
+        assert "Python worker exited unexpectedly" in failed.stderr or "crashed" in (
+            failed.stderr), f"the task was not killed:\n{failed.tail()}"
+        self.run_to_completion(spec, restarts=1)
+        visible = self.visible_ids(workdir)
+        missing = sorted(set(expected) - set(visible))
+        assert not missing and set(visible) == set(expected), f"missing={missing[:20]}"
 
     @pytest.mark.chaos
     def test_plain_foreachbatch_duplicates_under_the_same_crash(self, workdir: str) -> None:
@@ -510,6 +530,30 @@ class SampledConformance:
     @pytest.mark.parametrize("point", ["task_fail_after_prepare"])
     def test_task_retry_reuses_the_transaction_id(self, workdir: str, point: str) -> None:
         super().test_task_retry_reuses_the_transaction_id(workdir, point)  # type: ignore[misc]
+
+
+SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_transaction_id",
+               "test_failed_task_without_retries_aborts_the_batch",
+               "test_end_to_end_several_batches",
+               "test_at_least_once_task_killed_mid_write_then_restart",
+               "test_plain_foreachbatch_duplicates_under_the_same_crash",
+               "test_speculative_attempts_on_a_cluster",
+               "test_driver_crash_then_restart_on_a_cluster",
+               "test_executor_lost_in_phase_1_on_a_cluster",
+               "test_executor_lost_in_phase_2_on_a_cluster")
+"""The cases that run Spark jobs (the rest run in process against the destination)."""
+
+
+class InProcessConformance:
+    """Put first in the bases of a variant of a connector's conformance class whose
+    difference the Spark jobs do not exercise (another mode of the same commit, the same
+    connector on another database): the in-process cases only (the crash matrix,
+    concurrent attempts, the commit races)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in SPARK_CASES:
+            setattr(cls, name, None)
 
 
 class ConnectConformance:

@@ -85,7 +85,17 @@ def test_file_uri_and_location_layout(tmp_path):
 
 def test_remote_uri_without_spark_is_refused():
     with pytest.raises(CommitLogError, match="only through Spark's JVM"):
-        open_store("s3a://bucket/ckpt/sparkeos/x")
+        open_store("viewfs://cluster/ckpt/sparkeos/x")
+
+
+@pytest.mark.parametrize("uri", ["s3a://bucket/ckpt", "gs://bucket/ckpt",
+                                 "abfs://c@account.dfs.core.windows.net/ckpt"])
+def test_an_object_store_is_refused_for_the_commit_log(uri):
+    """Its write-once records would be a check followed by a copy: two claimers of one
+    outcome could both win. Refused with or without a Spark session."""
+    with pytest.raises(CommitLogError, match="object store") as info:
+        open_store(f"{uri}/sparkeos/x", spark=object())
+    assert "HDFS" in str(info.value)
 
 
 def test_hdfs_without_spark_is_reached_from_python():

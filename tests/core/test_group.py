@@ -100,3 +100,22 @@ def test_the_group_rebuilds_from_its_description() -> None:
     assert isinstance(rebuilt, SinkGroup)
     assert rebuilt.members["a"] == original.members["a"]
     assert rebuilt.members["b"] == FileSink("/tmp/b", format="parquet")
+
+
+def test_a_plain_setting_goes_only_to_the_members_that_take_it() -> None:
+    """`sparkeos recover --set dsn=...` on {PostgreSQL, file}: the secret DSN (never
+    recorded) reaches the PostgreSQL member; the file member, which has no such
+    setting, is rebuilt as it was (it failed with an unexpected keyword before)."""
+    from sparkeos.connectors.file import FileSink
+    from sparkeos.connectors.jdbc import PostgresSink
+    from sparkeos.core.group import load_sink
+
+    original = SinkGroup({"db": PostgresSink("host=h1 dbname=d user=u", table="t"),
+                          "files": FileSink("/tmp/out")})
+    dsn = "host=h2 dbname=d user=u password=secret"
+    rebuilt = load_sink(original.type_name, {**original.describe(), "dsn": dsn})
+    assert rebuilt.members["db"].dsn == PostgresSink(dsn, table="t").dsn
+    assert rebuilt.members["files"] == original.members["files"]
+    with pytest.raises(ConfigurationError, match="no member of the sink group has the "
+                                                 "setting"):
+        load_sink(original.type_name, {**original.describe(), "dns": dsn})

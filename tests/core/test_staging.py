@@ -17,27 +17,36 @@ from sparkeos.core.errors import (
 from sparkeos.core.staging import StagingArea, default_dir
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
+MARKS: dict[str, Any] = {}
+
 
 def area(tmp_path: Any, prefix: str = "") -> StagingArea:
     staging = StagingArea(str(tmp_path / "staging"), prefix=prefix)
-    staging.check_on_driver()
+    MARKS[staging.root] = staging.check_on_driver()
     return staging
+
+
+def claim(staging: StagingArea, txn: Any) -> str:
+    return staging.claim(txn, MARKS.get(staging.root))
 
 
 def test_an_attempt_claims_its_directory_once(tmp_path: Any) -> None:
     staging = area(tmp_path, "t-")
     txn = TransactionPool("q1", "s").transaction(0, 0, 0, 0)
-    directory = staging.claim(txn)
+    directory = claim(staging, txn)
     assert os.path.basename(directory) == "t-" + txn.txn_id
     with pytest.raises(AttemptFencedError):
-        staging.claim(txn)
+        claim(staging, txn)
 
 
 def test_a_directory_the_driver_did_not_mark_is_refused(tmp_path: Any) -> None:
+    driver_mark = StagingArea(str(tmp_path / "driver")).check_on_driver()
     staging = StagingArea(str(tmp_path / "elsewhere"))
     os.makedirs(staging.root)
     with pytest.raises(ConfigurationError, match="not shared"):
-        staging.claim(TransactionPool("q1", "s").transaction(0, 0, 0, 0))
+        staging.claim(TransactionPool("q1", "s").transaction(0, 0, 0, 0), driver_mark)
+    with pytest.raises(ConfigurationError, match="validate"):  # never marked at all
+        staging.claim(TransactionPool("q1", "s").transaction(0, 0, 0, 0), None)
 
 
 def test_the_sweep_keeps_the_decided_and_what_it_does_not_cover(tmp_path: Any) -> None:
@@ -47,7 +56,7 @@ def test_the_sweep_keeps_the_decided_and_what_it_does_not_cover(tmp_path: Any) -
                              pool.transaction(2, 0, 0, 0))
     other = TransactionPool("q2", "s").transaction(0, 0, 0, 1)
     for txn in (decided, loser, later, other):
-        staging.claim(txn)
+        claim(staging, txn)
     staging.sweep([AttemptRange("q1", "s", 0, 0, 1, 2)], frozenset({decided.txn_id}))
     left = sorted(os.listdir(staging.root))
     assert "t-" + loser.txn_id not in left
@@ -57,7 +66,7 @@ def test_the_sweep_keeps_the_decided_and_what_it_does_not_cover(tmp_path: Any) -
 def test_a_staged_file_is_found_or_explained(tmp_path: Any) -> None:
     staging = area(tmp_path)
     txn = TransactionPool("q1", "s").transaction(0, 0, 0, 0)
-    directory = staging.claim(txn)
+    directory = claim(staging, txn)
     path = staging.writable_file(directory, "records.arrow")
     assert path == os.path.join(directory, "records.arrow")  # in place on POSIX
     with open(path, "wb") as fh:

@@ -465,3 +465,24 @@ def test_a_missing_topic_is_refused_before_the_decision(strict_kafka: str,
     create_topic(strict_kafka, missing, partitions=1)
     Coordinator(per_row, CoordinatorConfig(name="topics"), log, "tq").run_batch(0, runner)
     assert [json.loads(m.value())["id"] for m in read_topic(strict_kafka, missing)] == [2]
+
+
+def test_the_lost_checkpoint_guard_cannot_decide_past_an_open_transaction(
+        kafka_bootstrap: str, topic: str, tmp_path: Any) -> None:
+    """Another producer's transaction open on the (shared) marker topic hides every
+    progress record after it from a read_committed reader: the guard cannot tell whether
+    another query wrote this sink, so it stops the batch (it answered "no other output"
+    before, and the batch was written again). Once the transaction ends it decides."""
+    markers = unique_name(str(tmp_path), "m")
+    create_topic(kafka_bootstrap, markers, partitions=1, config={"cleanup.policy": "compact"})
+    sink = make_sink(kafka_bootstrap, topic, tmp_path, marker_topic=markers, timeout_s=3.0)
+    other = Producer({"bootstrap.servers": kafka_bootstrap,
+                      "transactional.id": unique_name(str(tmp_path), "open")})
+    other.init_transactions(20)
+    other.begin_transaction()
+    other.produce(markers, b'{"batch": 0}', b"another-query")
+    other.flush(20)
+    with pytest.raises(RetriableError, match="could not read the progress records"):
+        sink.output_of_other_queries("q1", "orders")
+    other.abort_transaction(20)
+    assert sink.output_of_other_queries("q1", "orders") is None

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
-from sparkeos.testing.conformance import ConnectorConformance
+import pytest
+
+from sparkeos.testing.conformance import ConnectorConformance, InProcessConformance
 
 
 class TestSqlTableSinkOnSqlite(ConnectorConformance):
@@ -42,4 +45,56 @@ class TestSqlTableSinkOnSqlite(ConnectorConformance):
                                       "orders__sparkeos_stage")
         claims = self._query(workdir, "SELECT txn_id FROM orders__sparkeos_txn "
                                       "WHERE NOT committed")
+        return sorted({f"staged {r[0]}" for r in staged} | {f"claimed {r[0]}" for r in claims})
+
+
+class TestSqlTableSinkOnPostgres(InProcessConformance, ConnectorConformance):
+    """The same sink on PostgreSQL (READ COMMITTED), where two commits of one
+    transaction really run at once: the in-process cases, the commit races among them.
+    The Spark jobs run on SQLite above; nothing in them depends on the dialect."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, pg_server: Any, names: Any) -> Iterator[None]:
+        import psycopg2
+
+        self.dsn = pg_server.dsn
+        self.names = names
+        yield
+        conn = psycopg2.connect(self.dsn)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f'DROP TABLE IF EXISTS "{names.table}__sparkeos_txn", '
+                        f'"{names.table}__sparkeos_stage"')
+        conn.close()
+
+    def url(self) -> str:
+        import psycopg2.extensions
+
+        parts = psycopg2.extensions.parse_dsn(self.dsn)
+        return (f"postgresql+psycopg2://{parts.get('user', '')}:{parts.get('password', '')}@"
+                f"{parts.get('host', '127.0.0.1')}:{parts.get('port', '5432')}/"
+                f"{parts.get('dbname', '')}")
+
+    def sink_spec(self, workdir: str) -> dict[str, Any]:
+        return {"factory": "sparkeos.connectors.sql:SqlTableSink",
+                "kwargs": {"url": self.url(), "table": self.names.table,
+                           "create_table": True}}
+
+    def _query(self, sql: str) -> list[Any]:
+        import psycopg2
+
+        with psycopg2.connect(self.dsn) as conn, conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (f'"{self.names.table}__sparkeos_txn"',))
+            if cur.fetchone()[0] is None:
+                return []
+            cur.execute(sql)
+            return list(cur.fetchall())
+
+    def visible_ids(self, workdir: str) -> list[int]:
+        return [row[0] for row in self._query(f'SELECT id FROM "{self.names.table}"')]
+
+    def leftovers(self, workdir: str) -> list[str] | None:
+        table = self.names.table
+        staged = self._query(f'SELECT DISTINCT _sparkeos_txn FROM "{table}__sparkeos_stage"')
+        claims = self._query(f'SELECT txn_id FROM "{table}__sparkeos_txn" WHERE NOT committed')
         return sorted({f"staged {r[0]}" for r in staged} | {f"claimed {r[0]}" for r in claims})

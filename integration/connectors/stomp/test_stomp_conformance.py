@@ -51,6 +51,10 @@ class TestStompSinkArtemis(ConnectorConformance):
         return {"factory": "sparkeos.connectors.stomp.plain:plain_foreachbatch_writer",
                 "kwargs": {"url": self.url, "destination": self.queue}}
 
+    def recover_settings(self, workdir: str) -> dict[str, str]:
+        passcode = self.sink_factory(workdir).endpoint.passcode  # type: ignore[attr-defined]
+        return {"passcode": passcode} if passcode else {}
+
     def leftovers(self, workdir: str) -> list[str] | None:
         staging = os.path.join(workdir, "staging")
         names = os.listdir(staging) if os.path.isdir(staging) else []

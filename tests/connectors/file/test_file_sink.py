@@ -141,17 +141,18 @@ def test_a_directory_the_driver_does_not_share_is_refused_before_writing(tmp_pat
     from sparkeos.core.commitlog import CommitLog
     from sparkeos.core.config import CoordinatorConfig
     from sparkeos.core.coordinator import Coordinator
-    from sparkeos.core.fsutil import SHARED_CHECK
+    from sparkeos.core.fsutil import MARK_PREFIX
     from sparkeos.testing.inprocess import ListRunner, MemoryStore
 
     sink = FileSink(str(tmp_path / "out"))
     sink.validate(ID_SCHEMA)
-    check = tmp_path / "out" / STAGING_DIR / SHARED_CHECK
-    assert check.exists()
+    staging = tmp_path / "out" / STAGING_DIR
+    assert list(staging.glob(MARK_PREFIX + "*"))
 
     class ExecutorElsewhere(FileSink):
         def begin(self, txn):
-            check.unlink(missing_ok=True)  # the executor's view of the directory
+            for mark in staging.glob(MARK_PREFIX + "*"):  # the executor's view
+                mark.unlink()
             return super().begin(txn)
 
     log = CommitLog(MemoryStore())
@@ -161,8 +162,10 @@ def test_a_directory_the_driver_does_not_share_is_refused_before_writing(tmp_pat
         coord.run_batch(0, ListRunner([[1], [2]]))
     assert "same path" in str(info.value)
     assert log.batches()[0].aborted == {0} and ids(str(tmp_path / "out")) == []
-    # Once the directory is shared (the driver's file is visible), the batch goes through.
-    Coordinator(sink, CoordinatorConfig(name="files"), log, "q0").run_batch(
+    # Once the directory is shared (the driver's mark is visible), the restarted query
+    # writes the batch.
+    Coordinator(FileSink(str(tmp_path / "out")), CoordinatorConfig(name="files"), log,
+                "q0").run_batch(
         0, ListRunner([[1], [2]]))
     assert ids(str(tmp_path / "out")) == [1, 2]
 
@@ -177,3 +180,69 @@ def test_a_staged_file_from_another_host_is_a_configuration_error(tmp_path):
     sink.rollback(txn)
     with pytest.raises(ConfigurationError, match="not shared"):
         sink.commit(txn, {**receipt, "host": "another-host"})
+
+
+def test_a_stale_copy_of_the_directory_is_not_taken_for_the_shared_one(tmp_path):
+    """Issue 23, item 5: an executor whose path holds an old copy of the staging
+    directory (with an earlier driver's mark in it) must not stage there: the batch would
+    be decided and the driver could never commit it. Each query run marks the directory
+    afresh, so only the driver's own directory passes."""
+    import shutil
+
+    from sparkeos.core.commitlog import CommitLog
+    from sparkeos.core.config import CoordinatorConfig
+    from sparkeos.core.coordinator import Coordinator
+    from sparkeos.testing.inprocess import ListRunner, MemoryStore
+
+    out = tmp_path / "out"
+    staging, stale = out / STAGING_DIR, tmp_path / "stale-copy"
+    earlier = FileSink(str(out))
+    earlier.validate(ID_SCHEMA)  # an earlier query run marked the directory
+    shutil.copytree(staging, stale)  # ... and an executor's disk kept a copy of it
+
+    class ExecutorWithStaleCopy(FileSink):
+        def begin(self, txn):
+            shutil.rmtree(staging)  # what this executor sees at the same path
+            shutil.copytree(stale, staging)
+            return super().begin(txn)
+
+    log = CommitLog(MemoryStore())
+    coord = Coordinator(ExecutorWithStaleCopy(str(out)), CoordinatorConfig(name="files"),
+                        log, "q0")
+    with pytest.raises(ConfigurationError, match="is not shared"):
+        coord.run_batch(0, ListRunner([[1], [2]]))
+    assert log.batches()[0].aborted == {0} and ids(str(out)) == []
+
+
+def test_an_empty_partition_leaves_no_local_temp_directory_on_hdfs(tmp_path, monkeypatch):
+    """Issue 23, item 10: on HDFS a task writes its part file on local disk first; an
+    empty partition left one `sparkeos-part-*` directory behind per batch, on every
+    executor. Here a POSIX directory stands in for HDFS (a Files that is not local, so
+    the sink takes the upload path)."""
+    import dataclasses
+    import tempfile
+
+    from sparkeos.core.files import LocalFiles
+
+    @dataclasses.dataclass(frozen=True)
+    class UploadedFiles(LocalFiles):
+        @property
+        def is_local(self) -> bool:
+            return False
+
+    local_tmp = tmp_path / "executor-tmp"
+    local_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(local_tmp))
+    sink = FileSink(str(tmp_path / "out"))
+    sink.__dict__["_files"] = UploadedFiles()
+    sink.validate(ID_SCHEMA)
+    empty, full, failed = (POOL.transaction(0, p, 0, 0) for p in range(3))
+    assert sink.prepare(sink.begin(empty)) == {"file": None, "rows": 0}
+    handle = sink.begin(full)
+    sink.write(handle, id_batch([1, 2]))
+    sink.commit(full, sink.prepare(handle))
+    handle = sink.begin(failed)
+    sink.write(handle, id_batch([3]))
+    sink.abort(handle, failed)
+    assert ids(str(tmp_path / "out")) == [1, 2]
+    assert list(local_tmp.iterdir()) == []
