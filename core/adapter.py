@@ -16,7 +16,7 @@ from .errors import ConfigurationError, TransactionIdCollisionError
 from .faults import FaultPlan
 from .fsutil import require_shared_on_executors
 from .group import SinkGroup, for_checkpoint, members_of
-from .lease import LeaseKeeper, query_run_active
+from .lease import LeaseKeeper
 from .observe import BatchMetrics
 from .protocol import TransactionalSink
 from .spark import (
@@ -24,6 +24,7 @@ from .spark import (
     checkpoint_query_id,
     default_writers,
     is_connect,
+    query_activity,
     query_checkpoint,
     require_durable_checkpoint,
     run_in_tasks,
@@ -153,7 +154,7 @@ class ForeachBatchAdapter:
         claim_sink_name(run_id or identity, log.location, self._token, self.name)
         sink = for_checkpoint(self.sink, location, self.name)
         self._check_shared_paths(df.sparkSession, sink)
-        self._keep_lease(log, df.sparkSession, query_id, run_id)
+        self._keep_lease(log, df, identity, run_id)
         key = self._claim_log(log, identity, sink)
         self._coordinator = Coordinator(sink, self.config, log, key, faults)
         return self._coordinator
@@ -171,7 +172,7 @@ class ForeachBatchAdapter:
                                     paths, 2 * (self.config.writers or default_writers(session)),
                                     self.name)
 
-    def _keep_lease(self, log: CommitLog, session: Any, query_id: str | None,
+    def _keep_lease(self, log: CommitLog, df: Any, query_id: str | None,
                     run_id: str | None) -> None:
         """Tell operator commands the query is running (they refuse to act while the
         lease is fresh), from now until this query run ends: renewed from a thread,
@@ -179,7 +180,7 @@ class ForeachBatchAdapter:
         if self._lease is not None:
             self._lease.stop(release=False)  # an earlier run of this adapter
         self._lease = LeaseKeeper(log, self.config.lease_ttl_s, query_id, run_id,
-                                  query_run_active(session, query_id, run_id))
+                                  query_activity(df, query_id, run_id))
         self._lease.start()
 
     def _claim_log(self, log: CommitLog, query_identity: str,

@@ -100,20 +100,4 @@ class LeaseKeeper:
             self.renew()
 
 
-def query_run_active(session: Any, query_id: str | None,
-                     run_id: str | None) -> Callable[[], bool] | None:
-    """Whether this query run is still active, asked of ``session`` (classic or
-    Connect); None when the run is not known (then the lease lives with the process)."""
-    if session is None or query_id is None:
-        return None
-
-    def active() -> bool:
-        query = session.streams.get(query_id)
-        if query is None:
-            return False
-        return bool(query.isActive) and (run_id is None or str(query.runId) == run_id)
-
-    return active
-
-
-__all__ = ["LeaseKeeper", "lease_held", "lease_record", "query_run_active"]
+__all__ = ["LeaseKeeper", "lease_held", "lease_record"]

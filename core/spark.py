@@ -238,6 +238,58 @@ def query_checkpoint(df: Any, query_id: str | None) -> str | None:
     return None
 
 
+def query_activity(df: Any, query_id: str | None,
+                   run_id: str | None) -> Callable[[], bool] | None:
+    """A callable telling whether the query run ``run_id`` of ``query_id`` is still
+    active, or None when that cannot be asked. Classic: the JVM's default session (the
+    batch DataFrame's session is a clone, whose query manager knows no query); a query
+    started from another session cannot be found there, and None is returned. Under
+    Spark Connect: the server's session, through the foreachBatch process's own."""
+    if not query_id:
+        return None
+    if is_connect(df):
+        session = df.sparkSession
+        try:
+            if session.streams.get(query_id) is None:
+                return None  # not a query this session knows: the lease lives with us
+        except Exception:
+            return None
+
+        def connect_active() -> bool:
+            query = session.streams.get(query_id)
+            return query is not None and bool(query.isActive)
+
+        return connect_active
+    jvm = df.sparkSession.sparkContext._jvm
+
+    def lookup() -> Any:
+        for cls in ("org.apache.spark.sql.classic.SparkSession",
+                    "org.apache.spark.sql.SparkSession"):
+            try:
+                holder = jvm
+                for part in cls.split("."):
+                    holder = getattr(holder, part)
+                default = holder.getDefaultSession()
+            except Exception:
+                continue
+            if default.isDefined():
+                return default.get().streams().get(query_id)
+        return None
+
+    try:
+        if lookup() is None:
+            return None
+    except Exception:
+        return None
+
+    def classic_active() -> bool:
+        query = lookup()
+        return (query is not None and bool(query.isActive())
+                and (run_id is None or str(query.runId().toString()) == run_id))
+
+    return classic_active
+
+
 def checkpoint_query_id(location: str) -> str | None:
     """The query ID Spark keeps in ``<checkpoint>/metadata`` (``{"id": ...}``), the
     same ID a running query reports; None before the query first started there or on
