@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -48,7 +49,7 @@ from .group import SINGLE, SinkGroup, members_of
 from .observe import BatchMetrics, log_event
 from .protocol import CommitLocation, Receipt, TransactionalSink
 from .steps import COMMIT, commit_step
-from .txpool import AttemptRange, Transaction, TransactionPool
+from .txpool import DIRECT_RUNS, AttemptRange, Transaction, TransactionPool
 
 TaskResult = dict[str, Any]
 
@@ -174,14 +175,16 @@ class DirectTask:
     sink: TransactionalSink[Any]
     pool: TransactionPool
     batch_id: int
+    run: int
+    """The query run's own number (``DIRECT_RUNS``): a replayed batch never reuses an ID
+    an earlier run committed or a killed task of it left behind."""
     offset: int = 0
     faults: FaultPlan = field(default_factory=FaultPlan)
 
     def __call__(self, attempt: TaskAttempt, batches: Iterator[pa.RecordBatch]) -> TaskResult:
-        # No begun record: run 0 always. What a task killed in an earlier query run left
-        # under the same ID is swept before the run's first batch (``_sweep_direct``).
         partition = self.offset + attempt.partition
-        txn = self.pool.transaction(self.batch_id, partition, 0, attempt.attempt_number)
+        txn = self.pool.transaction(self.batch_id, partition, self.run,
+                                    attempt.attempt_number)
         started = time.perf_counter()
         written = _write_transaction(self.sink, txn, batches, lambda: self.faults.task(
             "kill_task_mid_write", self.batch_id, partition, attempt.attempt_number))
@@ -301,6 +304,7 @@ class Coordinator:
         self._meta: dict[str, Any] | None = None
         self._swept_all = False
         self._direct_swept = False
+        self._direct_run = random.randrange(DIRECT_RUNS.start, DIRECT_RUNS.stop)
         self._existing_checked = False
 
     @property
@@ -691,21 +695,22 @@ class Coordinator:
             m.partitions += count
             if count:
                 results = runners[member].run_tasks(
-                    DirectTask(self.members[member], self.pool, batch_id, offset,
-                               self.faults))
+                    DirectTask(self.members[member], self.pool, batch_id, self._direct_run,
+                               offset, self.faults))
                 m.rows += sum(int(r["rows"]) for r in results)
         m.prepare_ms = _ms(t0)
         m.outcome = "direct"
 
     def _sweep_direct(self, batch_id: int, partitions: int) -> None:
-        """Before a query run's first batch: roll back what tasks of an earlier run left
-        under this batch's IDs (a task killed mid-write leaves its claim behind, and a
-        replay of the batch, which Spark runs first, would find its ID taken on every
-        restart). That run is over (its driver is gone, and its executors with it), and
-        a direct task's transaction is committed by the task itself or never, so the
-        sweep can only remove what nobody will commit."""
+        """Before a query run's first batch (the one a crashed run died in, which Spark
+        replays first): roll back what tasks of earlier runs left under this batch's IDs
+        (a task killed mid-write leaves its claim or prepared state behind). Those runs
+        are over, and a direct task's transaction is committed by the task itself or
+        never, so this removes only what nobody will commit; it blocks nothing (this
+        run's IDs are its own), it only cleans up. Connectors whose sweep lists what
+        they hold find every earlier run; the default sweep, which names IDs, cannot."""
         ranges = [AttemptRange(self.pool.query_key, self.name, batch_id, 0, partitions,
-                               self.config.task_attempts)]
+                               self.config.task_attempts, any_direct_run=True)]
         for part in self.members.values():
             part.sweep(ranges, frozenset())
         self._direct_swept = True

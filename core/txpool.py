@@ -76,9 +76,18 @@ class Transaction:
                 f"attempt {self.attempt})")
 
 
+DIRECT_RUNS = range(1_000_000, 1_000_000_000)
+"""Run numbers of ``at_least_once`` / ``none`` query runs: one drawn at random per query
+run (those IDs are never recovered, only kept apart: a replayed batch must not reuse the
+ID of a transaction an earlier run committed or left behind). Exactly-once runs count
+from 0 in the commit log and never reach this range."""
+
+
 @dataclass(frozen=True)
 class AttemptRange:
-    """Every transaction ID that one run (batch attempt) of a batch may have used."""
+    """Every transaction ID that one run (batch attempt) of a batch may have used; with
+    ``any_direct_run``, those of every at-least-once run of the batch (``DIRECT_RUNS``),
+    which can be matched (``covers``) but not listed (``transactions`` yields none)."""
 
     query_key: str
     sink: str
@@ -86,13 +95,18 @@ class AttemptRange:
     run: int
     partitions: int
     tags: int
+    any_direct_run: bool = False
 
     def covers(self, txn: Transaction) -> bool:
+        run_matches = (txn.run in DIRECT_RUNS if self.any_direct_run
+                       else txn.run == self.run)
         return (txn.query_key == self.query_key and txn.sink == self.sink
-                and txn.batch_id == self.batch_id and txn.run == self.run
+                and txn.batch_id == self.batch_id and run_matches
                 and 0 <= txn.partition < self.partitions and 0 <= txn.tag < self.tags)
 
     def transactions(self) -> Iterator[Transaction]:
+        if self.any_direct_run:
+            return
         pool = TransactionPool(self.query_key, self.sink)
         for partition in range(self.partitions):
             for tag in range(self.tags):

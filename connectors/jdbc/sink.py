@@ -608,6 +608,10 @@ class PostgresSink(TransactionalSink[PgTransaction]):
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
         if self._plain or receipt.get("committed"):
             return  # committed by the task itself
+        if receipt.get("skipped"):
+            # The attempt found its (batch, partition) committed by another (a replay
+            # under at_least_once): it wrote nothing, there is nothing to commit.
+            return
         if self._staged:
             if receipt.get("staged"):
                 with self._db(f"applying the upserts of {txn.txn_id}", txn, phase="commit"):

@@ -517,14 +517,15 @@ class SampledConformance:
     """Put first in the bases of a variant of a connector's conformance class (the same
     sink with its state on other storage, e.g. HDFS) to run every in-process case and
     a sample of the Spark jobs: end to end and a task retry after prepare. The driver
-    kills, the plain-writer, no-retry and speculation cases run in the plain suite:
-    they exercise the protocol, not the storage. Combine with ``ClusterConformance``
+    kills, the plain-writer, no-retry, at-least-once and speculation cases run in the
+    plain suite: they exercise the protocol, not the storage. Combine with ``ClusterConformance``
     for a driver kill and lost executors with the state on that storage."""
 
     test_plain_foreachbatch_duplicates_under_the_same_crash = None
     test_failed_task_without_retries_aborts_the_batch = None
     test_driver_crash_then_restart = None
     test_speculative_attempts_on_a_cluster = None
+    test_at_least_once_task_killed_mid_write_then_restart = None
 
     @pytest.mark.chaos
     @pytest.mark.parametrize("point", ["task_fail_after_prepare"])

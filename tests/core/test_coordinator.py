@@ -239,6 +239,21 @@ def test_at_least_once_commits_in_tasks_without_a_log():
     assert sorted(system.visible) == [1, 2] and system.commits == 2
 
 
+def test_at_least_once_replay_never_reuses_an_id_of_an_earlier_run():
+    """Issue 23, item 2: a task killed mid-write leaves its claim behind; the restarted
+    query replays the batch first, and with the IDs of the run before it was fenced on
+    every restart. Each query run's IDs are its own now."""
+    system = MemorySystem()
+    first = coordinator(system, None, guarantee=Guarantee.AT_LEAST_ONCE)  # type: ignore[arg-type]
+    first.run_batch(0, ListRunner([[1], [2]]))
+    killed = first.pool.transaction(1, 0, first._direct_run, 0)
+    MemorySink(system).write(MemorySink(system).begin(killed), id_batch([3]))  # then kill -9
+    restarted = coordinator(system, None, guarantee=Guarantee.AT_LEAST_ONCE)  # type: ignore[arg-type]
+    assert restarted._direct_run != first._direct_run
+    restarted.run_batch(1, ListRunner([[3], [4]]))
+    assert sorted(system.visible) == [1, 2, 3, 4]
+
+
 def test_old_records_are_purged():
     system, log = MemorySystem(), CommitLog(MemoryStore())
     coord = Coordinator(MemorySink(system), CoordinatorConfig(name="mem", retain_batches=3),

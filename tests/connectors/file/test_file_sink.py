@@ -246,3 +246,25 @@ def test_an_empty_partition_leaves_no_local_temp_directory_on_hdfs(tmp_path, mon
     sink.abort(handle, failed)
     assert ids(str(tmp_path / "out")) == [1, 2]
     assert list(local_tmp.iterdir()) == []
+
+
+def test_at_least_once_leaves_no_staging_of_a_killed_run_behind(tmp_path):
+    """A task of an at-least-once run killed mid-write leaves its staging directory;
+    the next query run sweeps it before its first batch (which replays that batch)."""
+    from sparkeos.core.config import CoordinatorConfig, Guarantee
+    from sparkeos.core.coordinator import Coordinator
+    from sparkeos.testing.inprocess import ListRunner
+
+    config = CoordinatorConfig(name="files", guarantee=Guarantee.AT_LEAST_ONCE)
+    first = Coordinator(FileSink(str(tmp_path)), config, None, "q0")
+    first.run_batch(0, ListRunner([[1], [2]]))
+    sink = FileSink(str(tmp_path))
+    sink.validate(ID_SCHEMA)
+    killed = sink.begin(first.pool.transaction(1, 0, first._direct_run, 0))
+    sink.write(killed, id_batch([3]))  # ... and the worker is killed
+    staging = tmp_path / STAGING_DIR
+    assert [n for n in os.listdir(staging) if not n.startswith(".")]
+    Coordinator(FileSink(str(tmp_path)), config, None, "q0").run_batch(
+        1, ListRunner([[3], [4]]))
+    assert ids(str(tmp_path)) == [1, 2, 3, 4]
+    assert [n for n in os.listdir(staging) if not n.startswith(".")] == []
