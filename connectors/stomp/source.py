@@ -213,6 +213,17 @@ def stomp_source(spark: Any, url: str, destination: str, **settings: Any) -> Any
     Pair it with an exactly-once sink: the source acknowledges a message only once the
     batch that holds it is committed, and drops redeliveries by the message's ID."""
     config = StompSourceConfig(url, destination, **settings)
+    if config.spool_dir is None and not os.environ.get(SPOOL_ENV):
+        from sparkeos.core.spark import runs_on_one_host
+
+        if not runs_on_one_host(spark):
+            raise ConfigurationError(
+                f"stomp_source({destination!r}) would spool under {default_spool_root()} "
+                "(this host's home directory), but the query runs on a cluster: the "
+                "executors read the spool, and on other hosts it is not there",
+                fix="give stomp_source(..., spool_dir=...) a directory the driver and "
+                f"every executor reach at the same path (a shared mount), or set "
+                f"${SPOOL_ENV}; nothing was read from the broker")
     spark.dataSource.register(StompDataSource)
     return (spark.readStream.format(FORMAT_NAME).option("secret_config", config.encode())
             .load())
@@ -340,6 +351,17 @@ class StompStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         import pyarrow as pa
 
         assert isinstance(partition, SpoolPartition)
+        missing = [f for f in partition.files if not os.path.exists(f)]
+        if missing:
+            import socket
+
+            raise ConfigurationError(
+                f"the STOMP source's spool file {missing[0]} is not on host "
+                f"{socket.gethostname()}: the spool directory is not shared with this "
+                "executor (or was deleted)",
+                fix="set stomp_source(..., spool_dir=...) to a directory the driver and "
+                "every executor reach at the same path; the messages stay "
+                "unacknowledged on the broker, nothing is lost")
         for batch in read_pulls(partition.files, partition.low, partition.high):
             columns = [batch.column("message_id"), batch.column("destination"),
                        batch.column("headers"), batch.column("body"),
@@ -531,6 +553,8 @@ class _Runtime:
                     self.acks[message_id] = handle  # spooled before, redelivered now
                 self.dropped_total += 1
                 continue
+            if not rows:
+                self._forget_orphans(committed, {mid for mid, _ in redelivered})
             body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode()
             problem = self._check_body(body)
             if problem is not None:
@@ -562,6 +586,26 @@ class _Runtime:
                  "seen IDs %d, acknowledged so far %d", self.config.source_name, len(rows),
                  committed + 1, seq, len(redelivered), len(self.spool.seen), self.acked_total)
         return seq
+
+    def _forget_orphans(self, committed: int, redelivered_now: set[str]) -> None:
+        """A new message arrived: every processed message the broker still held
+        unacknowledged was redelivered before it (brokers redeliver unacknowledged
+        messages ahead of new ones, at the head of the queue). So a processed ID with no
+        ack handle on this connection, not redelivered by now, was acknowledged: its ACK
+        reached the broker on an earlier connection but the RECEIPT did not come back
+        (the connection dropped, or this process restarted). Forget it; kept, such IDs
+        would fill the store until the source halts. Broker message IDs only: a
+        producer's header ID may come again as a copy, and stays for the bound."""
+        if self.config.message_id_header is not None or self.config.message_id_fn is not None:
+            return
+        orphans = [mid for mid in self.spool.seen.ids_through(committed)
+                   if mid not in self.acks and mid not in redelivered_now]
+        if orphans:
+            self.spool.seen.discard(orphans)
+            self.spool.save_seen()
+            log.info("stomp source %s: forgot %d IDs whose acknowledgement was sent but "
+                     "not confirmed (not redelivered before new messages)",
+                     self.config.source_name, len(orphans))
 
     def _message_id(self, headers: Mapping[str, str]) -> str | None:
         config = self.config

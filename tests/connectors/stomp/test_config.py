@@ -46,6 +46,24 @@ def test_a_recorded_sink_without_its_passcode_cannot_be_rebuilt() -> None:
     rebuilt = StompSink.from_description(
         StompSink("stomp://h:1", destination="out").describe())
     assert rebuilt.endpoint.address == "h:1"
+    # `sparkeos recover --set passcode=...` gives it (it was refused even then before)
+    with_passcode = StompSink.from_description({**description, "passcode": "s3cret-canary"})
+    assert with_passcode.endpoint.passcode == "s3cret-canary"
+
+
+def test_on_a_cluster_the_source_refuses_a_spool_in_the_home_directory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Executors read the spool: this host's home directory is not theirs."""
+    from sparkeos.connectors.stomp import stomp_source
+
+    class ClusterSession:
+        class sparkContext:
+            master = "spark://127.0.0.1:7077"
+
+    monkeypatch.delenv("SPARKEOS_STOMP_SPOOL_DIR", raising=False)
+    with pytest.raises(ConfigurationError, match="runs on a cluster") as info:
+        stomp_source(ClusterSession(), URL, "in")
+    assert "spool_dir" in str(info.value) and "s3cret-canary" not in str(info.value)
 
 
 @pytest.mark.parametrize(("settings", "match"), [

@@ -242,3 +242,32 @@ def test_missing_id_is_an_error_naming_the_option(broker: FakeBroker, tmp_path: 
     with pytest.raises(BadMessageError, match="message_id_header"):
         run(_Runtime(config(tmp_path, message_id_header="absent")), 0)
 
+
+
+def test_an_acknowledgement_whose_receipt_was_lost_does_not_fill_the_store(
+        broker: FakeBroker, tmp_path: Any) -> None:
+    """Issue 23: the ACKs reached the broker but the connection dropped before their
+    RECEIPT: the broker never redelivers those messages, and their IDs stayed in the
+    store for good; after enough such disconnects the source halted at its bound. Once
+    a new message arrives (after every redelivery a broker still owed), they are
+    forgotten; a message whose ACK was really lost is redelivered first and dropped."""
+    runtime = _Runtime(config(tmp_path, max_seen_ids=40, max_batch_messages=10))
+    start = 0
+    for round_ in range(12):  # 12 x 3 IDs would exceed the bound of 40
+        broker.publish(*(round_ * 10 + i for i in (1, 2, 3)))
+        end = run(runtime, start)
+        assert runtime.client is not None
+        client = runtime.client
+        lost = next(iter(client.inflight))  # its ACK never reaches the broker
+        for handle in list(client.inflight):
+            if handle != lost:
+                client.ack(handle)  # these ACKs land ...
+        client.connected = False  # ... and the connection drops before the RECEIPT
+        runtime.settle(end, at_start=False)
+        start = end
+    final = run(runtime, start)
+    assert final == start  # the last lost one came again and was dropped, not spooled
+    assert len(runtime.spool.seen) <= 3 and broker.queue == {}
+    delivered = [m for batch in read_pulls([p.path for p in runtime.spool.pulls()], 0, final)
+                 for m in batch.column("message_id").to_pylist()]
+    assert len(delivered) == len(set(delivered))
