@@ -179,6 +179,31 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+def ship_to_workers(*objects: Any) -> list[str]:
+    """Make the modules that define ``objects`` (a connector's sink and factory) reach
+    Spark's Python workers whatever their ``sys.path``: a connector in a directory of its
+    own is importable in this process, but not on a cluster's executors or in a Spark
+    Connect server's workers (``ModuleNotFoundError`` in phase 1). Such modules (outside
+    site-packages and sparkeos itself) are pickled by value, their whole top-level
+    package. Returns the names of the packages shipped."""
+    from pyspark import cloudpickle
+
+    shipped = []
+    for obj in objects:
+        module_name = getattr(obj, "__module__", None) or type(obj).__module__
+        top = module_name.split(".", 1)[0]
+        module = sys.modules.get(top)
+        path = str(getattr(module, "__file__", "") or "")
+        if (module is None or not path or top in ("sparkeos", "builtins", "__main__")
+                or os.sep + "site-packages" + os.sep in path
+                or os.sep + "dist-packages" + os.sep in path
+                or path.startswith(sys.base_prefix)):
+            continue
+        cloudpickle.register_pickle_by_value(module)
+        shipped.append(top)
+    return shipped
+
+
 def main(argv: list[str]) -> int:
     with open(argv[0]) as fh:
         spec = JobSpec(**json.load(fh))
@@ -202,6 +227,7 @@ def main(argv: list[str]) -> int:
         df = df.repartition(spec.partitions)
     factory = load_factory(spec.sink["factory"])
     target = factory(**spec.sink.get("kwargs", {}))
+    ship_to_workers(factory, target)
     batch_fn: Callable[[Any, int], None]
     if spec.mode == "plain":
         batch_fn = crash_after_write(target)

@@ -113,3 +113,39 @@ def test_a_directory_the_executors_do_not_share_is_refused_before_the_first_batc
     assert not list((tmp_path / "out" / ".sparkeos-staging").glob(".shared-check-*"))
     log = CommitLog(open_store(sink_log_location(spec.checkpoint, "unshared")))
     assert log.batches() == {}, "a batch began although the check failed"
+
+
+OUT_OF_TREE = '''
+"""A connector in a directory of its own, as a user writes one (not installed)."""
+from dataclasses import dataclass
+
+from sparkeos.connectors.file import FileSink
+
+
+@dataclass(frozen=True)
+class TeamSink(FileSink):
+    """The team's own sink: the file sink under another name."""
+
+
+def make(path):
+    return TeamSink(path)
+'''
+
+
+@pytest.mark.cluster
+def test_a_connector_outside_the_package_reaches_the_executors(tmp_path: Any,
+                                                               spark_cluster: str) -> None:
+    """A connector module in its own directory is importable by the job's driver, not by
+    the executors the cluster's workers start (ModuleNotFoundError inside phase 1): the
+    suite's job ships it to them."""
+    connector = tmp_path / "team-connector"
+    connector.mkdir()
+    (connector / "team_sink.py").write_text(OUT_OF_TREE)
+    expected = write_input(str(tmp_path / "input"), [[1, 2, 3], [4, 5, 6]])
+    out = str(tmp_path / "out")
+    spec = JobSpec(input=str(tmp_path / "input"), checkpoint=str(tmp_path / "checkpoint"),
+                   sink={"factory": "team_sink:make", "kwargs": {"path": out}},
+                   name="team", master=spark_cluster)
+    result = run_job_process(spec, env={"PYTHONPATH": str(connector)})
+    assert result.returncode == 0, result.tail()
+    assert_exactly_once(read_output(out).column("id").to_pylist(), expected)
