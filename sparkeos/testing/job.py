@@ -199,7 +199,7 @@ def ship_to_workers(*objects: Any) -> list[str]:
                 or os.sep + "dist-packages" + os.sep in path
                 or path.startswith(sys.base_prefix)):
             continue
-        cloudpickle.register_pickle_by_value(module)
+        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
         shipped.append(top)
     return shipped
 
