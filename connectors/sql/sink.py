@@ -34,6 +34,9 @@ from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from .tables import Tables, engine_for
 
+PURGE_EVERY = 10
+"""Partition 0's commit of every this many batches deletes old committed claims."""
+
 
 @dataclass
 class Staging:
@@ -52,11 +55,17 @@ class SqlTableSink(TransactionalSink[Staging]):
     table: str
     create_table: bool = False
     key: Sequence[str] | None = None
+    claim_retention: int = 1000
+    """Committed claims of batches older than this many batches are deleted (every
+    ``PURGE_EVERY`` batches); keep it above the commit log's ``retain_batches``."""
 
     secret_fields = frozenset({"url"})
     commit_steps = ("claimed", "moved")
 
     def __post_init__(self) -> None:
+        if not isinstance(self.claim_retention, int) or self.claim_retention < 10:
+            raise ConfigurationError(f"claim_retention={self.claim_retention!r} is too small",
+                                     fix="keep at least 10 batches (default 1000)")
         key = (self.key,) if isinstance(self.key, str) else self.key
         if key is not None:
             key = tuple(key)
@@ -116,6 +125,11 @@ class SqlTableSink(TransactionalSink[Staging]):
                 f"transaction {txn.txn_id} of a decided batch is no longer staged in "
                 f"{self.table}__sparkeos_stage", sink=txn.sink, batch_id=txn.batch_id,
                 txn_id=txn.txn_id, fix="re-process this batch from the source")
+        if txn.partition == 0 and txn.batch_id % PURGE_EVERY == 0:
+            pool = TransactionPool(txn.query_key, txn.sink)
+            self._tables.purge_committed(
+                pool.prefix, txn.batch_id - self.claim_retention,
+                lambda t: parsed.batch_id if (parsed := pool.parse(t)) else None)
 
     def rollback(self, txn: Transaction) -> None:
         self._tables.discard([txn.txn_id])

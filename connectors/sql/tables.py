@@ -179,6 +179,23 @@ class Tables:
             commit_step("moved", txn)
         return int(moved)
 
+    @translated("purging old claims of")
+    def purge_committed(self, prefix: str, before_batch: int,
+                        batch_of: Callable[[str], int | None]) -> int:
+        """Delete the committed claims of this (query, sink) (``prefix``) for batches
+        before ``before_batch``: bookkeeping that would otherwise grow by one row per
+        participant and batch for as long as the query runs."""
+        txns = self.txns
+        with self.engine.begin() as conn:
+            ids = conn.execute(self.sa.select(txns.c.txn_id).where(
+                txns.c.committed.is_(True), txns.c.txn_id.like(f"{prefix}%"))
+            ).scalars().all()
+            old = [t for t in ids if (batch_of(t) or before_batch) < before_batch]
+            for start in range(0, len(old), 500):
+                conn.execute(txns.delete().where(txns.c.txn_id.in_(old[start:start + 500]),
+                                                 txns.c.committed.is_(True)))
+        return len(old)
+
     @translated("rolling back staged rows of")
     def discard(self, txn_ids: list[str]) -> None:
         if not txn_ids:

@@ -426,6 +426,54 @@ class ConnectorConformance(RaceCases):
                 run_uncommitted(coord, plan, spark_committed)
         self.finish(workdir, sink, list(range(1, 9)))
 
+    # -- a long run, compressed --------------------------------------------------------------
+    soak_batches_default = 2000
+    """Batches of the soak case (``SPARKEOS_SOAK_BATCHES`` overrides)."""
+
+    def soak_settings(self) -> dict[str, Any]:
+        """Sink settings for the soak: the smallest retentions, so every horizon is
+        crossed many times."""
+        return {}
+
+    def bookkeeping(self, workdir: str) -> dict[str, int]:
+        """Counts of the connector's own bookkeeping that must stay bounded (marker
+        rows, records of published batches...), sampled during the soak."""
+        return {}
+
+    def bookkeeping_bounds(self) -> dict[str, int]:
+        """Upper bounds of ``bookkeeping``'s counts."""
+        return {}
+
+    @pytest.mark.soak
+    def test_soak_many_tiny_batches_stay_bounded(self, workdir: str) -> None:
+        """Thousands of tiny batches with driver kills and task retries sprinkled in:
+        every id exactly once, and the commit log, the connector's bookkeeping, what is
+        staged or prepared and the driver's memory stay bounded."""
+        from .soak import RETAIN_BATCHES, run_soak, soak_batches
+
+        batches = soak_batches(self.soak_batches_default)
+        spec = self.sink_spec(workdir)
+        kwargs = {**spec.get("kwargs", {}), **self.soak_settings()}
+
+        def make_sink() -> TransactionalSink[Any]:
+            return load_factory(spec["factory"])(**kwargs)  # type: ignore[no-any-return]
+
+        figures = run_soak(workdir, make_sink, self.in_process_key(workdir), batches,
+                           lambda: self.bookkeeping(workdir), lambda: self.leftovers(workdir))
+        report = os.environ.get("SPARKEOS_SOAK_REPORT")
+        if report:
+            with open(report, "a") as fh:
+                fh.write(f"{type(self).__name__}: {figures.describe()}\n")
+        expected = [b * 10 + i for b in range(batches) for i in (1, 2, 3, 4)]
+        assert_exactly_once(self.visible_ids(workdir), expected)
+        assert figures.kills > 0 and figures.retries > 0, figures.describe()
+        bounds = {"commit_log_files": 4 * RETAIN_BATCHES + 10,
+                  "coordinator_states": RETAIN_BATCHES + 5, "leftovers": 4,
+                  "rss_growth_mb": 64, **self.bookkeeping_bounds()}
+        over = {k: figures.peak(k) for k, bound in bounds.items() if figures.peak(k) > bound}
+        assert not over, f"not bounded: {over} (bounds {bounds}); {figures.describe()}"
+        self.assert_no_leftovers(workdir)
+
     def test_commit_is_idempotent(self, workdir: str) -> None:
         sink, coord = self.in_process_coordinator(workdir)
         coord.run_batch(0, ListRunner([[1], [2]]))
@@ -526,6 +574,7 @@ class SampledConformance:
     test_driver_crash_then_restart = None
     test_speculative_attempts_on_a_cluster = None
     test_at_least_once_task_killed_mid_write_then_restart = None
+    test_soak_many_tiny_batches_stay_bounded = None
 
     @pytest.mark.chaos
     @pytest.mark.parametrize("point", ["task_fail_after_prepare"])

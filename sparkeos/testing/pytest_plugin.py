@@ -32,6 +32,9 @@ MARKERS = {
                "workers); deselect with -m 'not cluster'",
     "hdfs": "puts checkpoints, commit logs and output on a real HDFS (NameNode and "
             "DataNode as local processes); deselect with -m 'not hdfs'",
+    "soak": "a long run compressed: thousands of tiny batches with kills and task "
+            "retries, checking that everything stays bounded (SPARKEOS_SOAK_BATCHES "
+            "scales it); deselect with -m 'not soak'",
 }
 
 

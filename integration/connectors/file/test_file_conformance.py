@@ -44,6 +44,8 @@ class TestFileSinkParquet(ConnectorConformance):
         table = read_output(self.output(workdir), self.format)
         return table.column("id").to_pylist() if table.num_rows else []
 
+    soak_batches_default = 1000
+
 
 class TestFileSinkConnect(ConnectConformance, TestFileSinkParquet):
     """The file sink through Spark Connect: end to end, and the driver killed."""

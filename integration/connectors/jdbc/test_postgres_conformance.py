@@ -36,6 +36,24 @@ class TestPostgresSinkConformance(ClusterConformance, ConnectorConformance):
     def leftovers(self, workdir: str) -> list[str] | None:
         return prepared_on_tables(self.dsn, self.names.table, self.names.marker)
 
+    soak_batches_default = 1000
+
+    def soak_settings(self) -> dict[str, Any]:
+        return {"marker_retention": 10}
+
+    def bookkeeping(self, workdir: str) -> dict[str, int]:
+        import psycopg2
+
+        with psycopg2.connect(self.dsn) as conn, conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (f'"{self.names.marker}"',))
+            if cur.fetchone()[0] is None:
+                return {"marker_rows": 0}
+            cur.execute(f'SELECT count(*) FROM "{self.names.marker}"')
+            return {"marker_rows": int(cur.fetchone()[0])}
+
+    def bookkeeping_bounds(self) -> dict[str, int]:
+        return {"marker_rows": 2 * (10 + 5)}  # 2 partitions x (retention + a few)
+
     def visible_ids(self, workdir: str) -> list[int]:
         import psycopg2
 
@@ -60,6 +78,7 @@ class TestPostgresUpsertConformance(InProcessConformance, TestPostgresSinkConfor
     # An upsert writes the same rows again on a re-run: a lost checkpoint duplicates
     # nothing, so the sink does not look for other queries' output.
     test_lost_checkpoint_is_refused_not_duplicated = None
+    soak_batches_default = 300
 
     def sink_spec(self, workdir: str) -> dict[str, Any]:
         spec = super().sink_spec(workdir)

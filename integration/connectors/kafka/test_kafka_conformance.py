@@ -57,6 +57,8 @@ class TestKafkaSinkStaged(ConnectorConformance):
     def visible_ids(self, workdir: str) -> list[int]:
         return [int(json.loads(m.value())["id"]) for m in read_topic(self.bootstrap, self.topic)]
 
+    soak_batches_default = 150
+
 
 class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
     """The staged Kafka sink through Spark Connect: end to end, and the driver

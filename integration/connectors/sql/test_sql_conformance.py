@@ -40,6 +40,18 @@ class TestSqlTableSinkOnSqlite(ConnectorConformance):
     def visible_ids(self, workdir: str) -> list[int]:
         return [row[0] for row in self._query(workdir, "SELECT id FROM orders")]
 
+    soak_batches_default = 200
+
+    def soak_settings(self) -> dict[str, Any]:
+        return {"claim_retention": 10}
+
+    def bookkeeping(self, workdir: str) -> dict[str, int]:
+        rows = self._query(workdir, "SELECT count(*) FROM orders__sparkeos_txn")
+        return {"claim_rows": int(rows[0][0]) if rows else 0}
+
+    def bookkeeping_bounds(self) -> dict[str, int]:
+        return {"claim_rows": 2 * (10 + 10 + 5)}  # 2 partitions x (retention + purge period)
+
     def leftovers(self, workdir: str) -> list[str] | None:
         staged = self._query(workdir, "SELECT DISTINCT _sparkeos_txn FROM "
                                       "orders__sparkeos_stage")
@@ -92,6 +104,18 @@ class TestSqlTableSinkOnPostgres(InProcessConformance, ConnectorConformance):
 
     def visible_ids(self, workdir: str) -> list[int]:
         return [row[0] for row in self._query(f'SELECT id FROM "{self.names.table}"')]
+
+    soak_batches_default = 100
+
+    def soak_settings(self) -> dict[str, Any]:
+        return {"claim_retention": 10}
+
+    def bookkeeping(self, workdir: str) -> dict[str, int]:
+        rows = self._query(f'SELECT count(*) FROM "{self.names.table}__sparkeos_txn"')
+        return {"claim_rows": int(rows[0][0]) if rows else 0}
+
+    def bookkeeping_bounds(self) -> dict[str, int]:
+        return {"claim_rows": 2 * (10 + 10 + 5)}
 
     def leftovers(self, workdir: str) -> list[str] | None:
         table = self.names.table

@@ -51,6 +51,16 @@ class TestStompSinkArtemis(ConnectorConformance):
         return {"factory": "sparkeos.connectors.stomp.plain:plain_foreachbatch_writer",
                 "kwargs": {"url": self.url, "destination": self.queue}}
 
+    soak_batches_default = 150
+
+    def bookkeeping(self, workdir: str) -> dict[str, int]:
+        published = os.path.join(workdir, "staging", "published")
+        return {"published_records": len(os.listdir(published))
+                if os.path.isdir(published) else 0}
+
+    def bookkeeping_bounds(self) -> dict[str, int]:
+        return {"published_records": 4}  # one per pooled participant ID: 2 x 2
+
     def recover_settings(self, workdir: str) -> dict[str, str]:
         passcode = self.sink_factory(workdir).endpoint.passcode  # type: ignore[attr-defined]
         return {"passcode": passcode} if passcode else {}
