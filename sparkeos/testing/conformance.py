@@ -594,6 +594,21 @@ SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_tra
 """The cases that run Spark jobs (the rest run in process against the destination)."""
 
 
+class SampledDriverKills:
+    """Put first in the bases of a connector's conformance class to kill the driver in
+    real processes at one point of each kind (before the decision, from a task, between
+    the decision and the commits, among the commits) instead of all seven. The
+    in-process crash matrix still runs every point against the connector's real
+    destination; the points left out (``after_begun``, ``after_all_commits``,
+    ``after_finished``) exercise the protocol's code, not the connector's, and the file
+    sink's suite runs them in real processes."""
+
+    @pytest.mark.chaos
+    @pytest.mark.parametrize("point", SAMPLED_DRIVER_POINTS)
+    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
+        super().test_driver_crash_then_restart(workdir, point)  # type: ignore[misc]
+
+
 class InProcessConformance:
     """Put first in the bases of a variant of a connector's conformance class whose
     difference the Spark jobs do not exercise (another mode of the same commit, the same

@@ -19,6 +19,7 @@ from sparkeos.testing.conformance import (
     ConnectConformance,
     ConnectorConformance,
     SampledConformance,
+    SampledDriverKills,
     TaskCommitClusterConformance,
     assert_exactly_once,
 )
@@ -27,7 +28,7 @@ from sparkeos.testing.job import JobSpec, run_job_process, write_input
 from .conftest import create_topic, unique_name
 
 
-class TestKafkaSinkStaged(ConnectorConformance):
+class TestKafkaSinkStaged(SampledDriverKills, ConnectorConformance):
     bootstrap: str
     topic: str
     prefix: str
@@ -61,8 +62,14 @@ class TestKafkaSinkStaged(ConnectorConformance):
 
 
 class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
-    """The staged Kafka sink through Spark Connect: end to end, and the driver
-    killed."""
+    """The staged Kafka sink through Spark Connect: end to end, and the driver killed
+    from the task that committed a participant (phase 2 runs in tasks: under Connect,
+    in the server's executors)."""
+
+    @pytest.mark.chaos
+    @pytest.mark.parametrize("point", ["after_first_commit"])
+    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
+        ConnectorConformance.test_driver_crash_then_restart(self, workdir, point)
 
 
 @pytest.mark.hdfs

@@ -10,10 +10,14 @@ from typing import Any
 
 import pytest
 
-from sparkeos.testing.conformance import ConnectorConformance, InProcessConformance
+from sparkeos.testing.conformance import (
+    ConnectorConformance,
+    InProcessConformance,
+    SampledDriverKills,
+)
 
 
-class TestSqlTableSinkOnSqlite(ConnectorConformance):
+class TestSqlTableSinkOnSqlite(SampledDriverKills, ConnectorConformance):
     def database(self, workdir: str) -> str:
         return os.path.join(workdir, "shop.db")
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from integration.stomp_helpers import drain, queue_depth_artemis
-from sparkeos.testing.conformance import ConnectorConformance
+from sparkeos.testing.conformance import ConnectorConformance, SampledDriverKills
 
 
 def output_depth(queue: str, local: bool) -> int | None:
@@ -29,7 +29,7 @@ def output_depth(queue: str, local: bool) -> int | None:
         return 0
 
 
-class TestStompSinkArtemis(ConnectorConformance):
+class TestStompSinkArtemis(SampledDriverKills, ConnectorConformance):
     url: str
     queue: str
     local: bool
