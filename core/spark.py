@@ -76,6 +76,20 @@ SESSION_DEFAULTS = {
     "spark.driver.memory": "2g",
 }
 """Small defaults for the local sessions of tests, demos and benchmarks."""
+CDS_ENV = "SPARKEOS_SPARK_CDS"
+"""A JVM class-data archive for the driver of local sessions (``sparkeos.testing.cds``):
+used when the file exists, ignored by the JVM when it does not fit."""
+
+
+def _with_class_archive(conf: dict[str, str]) -> dict[str, str]:
+    archive = os.environ.get(CDS_ENV, "")
+    if not archive or not os.path.exists(archive):
+        return conf
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    if "SharedArchiveFile" in options or "ArchiveClassesAtExit" in options:
+        return conf
+    shared = f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    return {**conf, "spark.driver.extraJavaOptions": f"{options} {shared}".strip()}
 
 
 def local_session(app_name: str = "sparkeos", master: str = "local[2]",
@@ -92,7 +106,7 @@ def local_session(app_name: str = "sparkeos", master: str = "local[2]",
         # executors reach the driver there.
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
-    for key, value in (conf or {}).items():
+    for key, value in _with_class_archive(dict(conf or {})).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
@@ -316,7 +330,7 @@ def connect_session(app_name: str = "sparkeos", master: str = "local[2]",
 
     builder = SparkSession.builder.remote(master).appName(app_name)
     if not master.startswith("sc://"):
-        for key, value in {**SESSION_DEFAULTS, **(conf or {})}.items():
+        for key, value in _with_class_archive({**SESSION_DEFAULTS, **(conf or {})}).items():
             builder = builder.config(key, value)
     import warnings
 

@@ -21,6 +21,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_class_archive() -> None:
+    """Spark starts from a class-data archive (made once per JDK and Spark: about 15 s),
+    in this process and in every job it starts (they inherit the variable)."""
+    from sparkeos.core.spark import CDS_ENV
+    from sparkeos.testing.cds import ensure_archive
+
+    if os.environ.get(CDS_ENV) is None:
+        archive = ensure_archive(os.path.join(sys.prefix, "spark-cds"))
+        if archive:
+            os.environ[CDS_ENV] = archive
+
+
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local SparkSession for the in-process integration tests."""

@@ -136,17 +136,7 @@ def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 30
                             cwd)
 
 
-def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
-                     fault: str | None = None, timeout: float = 300.0,
-                     env: dict[str, str] | None = None, cwd: str | None = None) -> JobResult:
-    """Run ``python -m module spec.json`` with ``SPARKEOS_FAULT`` set to ``fault``.
-
-    The child gets its own process group, which is killed whole afterwards: a killed
-    driver leaves its JVM and Python workers behind otherwise.
-    """
-    os.makedirs(os.path.dirname(spec_path) or ".", exist_ok=True)
-    with open(spec_path, "w") as fh:
-        json.dump(spec, fh)
+def _child_env(env: dict[str, str] | None, fault: str | None) -> dict[str, str]:
     child_env = {**os.environ, **(env or {})}
     # What the test process can import (a sink factory beside the tests), the job can.
     child_env["PYTHONPATH"] = os.pathsep.join(
@@ -156,11 +146,34 @@ def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
     if fault:
         child_env[ENV_VAR] = fault
     child_env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return child_env
+
+
+def _write_spec(spec: dict[str, Any], spec_path: str) -> None:
+    os.makedirs(os.path.dirname(spec_path) or ".", exist_ok=True)
+    with open(spec_path, "w") as fh:
+        json.dump(spec, fh)
+
+
+def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
+                     fault: str | None = None, timeout: float = 300.0,
+                     env: dict[str, str] | None = None, cwd: str | None = None) -> JobResult:
+    """Run ``python -m module spec.json`` with ``SPARKEOS_FAULT`` set to ``fault``.
+
+    The child gets its own process group, which is killed whole afterwards: a killed
+    driver leaves its JVM and Python workers behind otherwise.
+    """
+    _write_spec(spec, spec_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", module, spec_path], cwd=cwd,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env(env, fault),
         start_new_session=True,
     )
+    return _collect(proc, timeout)
+
+
+def _collect(proc: subprocess.Popen[str], timeout: float) -> JobResult:
+    """Wait for a job process, then kill its group (a killed driver's JVM and workers)."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -204,23 +217,32 @@ def ship_to_workers(*objects: Any) -> list[str]:
     return shipped
 
 
-def main(argv: list[str]) -> int:
-    with open(argv[0]) as fh:
-        spec = JobSpec(**json.load(fh))
-    from sparkeos.core.adapter import with_guarantee
+def _session(spec: JobSpec, app_name: str) -> Any:
     from sparkeos.core.faults import KILL_GROUP_ENV
     from sparkeos.core.spark import connect_session, local_session
 
-    settings = dict(spec.settings)
     conf = {**SHORT_JOB_CONF, **spec.spark_conf}
     if spec.connect:
         # The batch function runs in the Connect server's Python process: a driver
         # crash there kills this job's whole process group (run_job_process made it).
         os.environ[KILL_GROUP_ENV] = str(os.getpgid(0))
+        return connect_session(app_name, spec.master, conf)
+    return local_session(app_name, spec.master, conf)
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as fh:
+        spec = JobSpec(**json.load(fh))
+    return run_spec(spec, _session(spec, f"sparkeos-job-{spec.name}"))
+
+
+def run_spec(spec: JobSpec, spark: Any) -> int:
+    """Run the job ``spec`` describes on ``spark`` until its input is consumed."""
+    from sparkeos.core.adapter import with_guarantee
+
+    settings = dict(spec.settings)
+    if spec.connect:
         settings.setdefault("checkpoint_location", spec.checkpoint)
-        spark = connect_session(f"sparkeos-job-{spec.name}", spec.master, conf)
-    else:
-        spark = local_session(f"sparkeos-job-{spec.name}", spec.master, conf)
     df = (spark.readStream.schema(INPUT_SCHEMA)
           .option("maxFilesPerTrigger", spec.max_files_per_trigger).json(spec.input))
     if spec.partitions:
