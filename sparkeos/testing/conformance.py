@@ -112,8 +112,9 @@ class ConnectorConformance(RaceCases):
     def workdir(self, tmp_path: Any) -> str:
         return str(tmp_path)
 
-    def input_ids(self) -> list[list[int]]:
-        return [list(range(f * 1000, f * 1000 + self.rows_per_file)) for f in range(self.files)]
+    def input_ids(self, files: int | None = None) -> list[list[int]]:
+        count = self.files if files is None else files
+        return [list(range(f * 1000, f * 1000 + self.rows_per_file)) for f in range(count)]
 
     def job(self, workdir: str, mode: str = "exactly_once", master: str = "local[2]",
             sink: dict[str, Any] | None = None,
@@ -140,27 +141,39 @@ class ConnectorConformance(RaceCases):
 
     def ids_of_batches(self, count: int) -> list[int]:
         """The ids of the first ``count`` batches, in order."""
-        return [i for ids in self.input_ids()[:count] for i in ids]
+        return [i for ids in self.input_ids(count) for i in ids]
 
-    def prepare_input(self, workdir: str) -> list[int]:
-        return write_input(os.path.join(workdir, "input"), self.input_ids())
+    def prepare_input(self, workdir: str, files: int | None = None) -> list[int]:
+        """One input file per batch: ``files`` of them (default ``self.files``)."""
+        return write_input(os.path.join(workdir, "input"), self.input_ids(files))
 
     # -- the matrix --------------------------------------------------------------------------
+    driver_kill_points: tuple[str, ...] = (*DRIVER_POINTS, "kill_driver_after_first_prepare")
+    """Where ``test_driver_crash_then_restart`` kills the driver, one point per batch."""
+
     @pytest.mark.chaos
-    @pytest.mark.parametrize("point", [*DRIVER_POINTS, "kill_driver_after_first_prepare"])
-    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
-        expected = self.prepare_input(workdir)
+    def test_driver_crash_then_restart(self, workdir: str) -> None:
+        """The driver is killed (kill -9) at each of ``driver_kill_points`` in turn: the
+        first run dies at the first point in batch 1, its restart recovers batch 1 and
+        dies at the second point in batch 2, and so on; the last restart runs to the
+        end. After each kill the reader sees every earlier batch exactly once, nothing
+        of the killed batch before its decision, all of it after its commits; at the
+        end, every id exactly once."""
+        points = self.driver_kill_points
+        expected = self.prepare_input(workdir, files=CRASH_BATCH + len(points) + 1)
         spec = self.job(workdir)
-        crashed = self.run(spec, fault=f"{point}@{CRASH_BATCH}")
-        assert crashed.crashed, f"fault {point} did not fire:\n{crashed.tail()}"
-        if point in BEFORE_DECISION:
-            # Invariant 1: nothing of the crashed batch is visible before its decision.
-            before = self.ids_of_batches(CRASH_BATCH)
-            assert sorted(self.visible_ids(workdir)) == sorted(before)
-        if point in AFTER_ALL_COMMITS:
-            # The crash really came after the commits: the batch is visible once.
-            through = self.ids_of_batches(CRASH_BATCH + 1)
-            assert sorted(self.visible_ids(workdir)) == sorted(through)
+        for batch_id, point in enumerate(points, start=CRASH_BATCH):
+            crashed = self.run(spec, fault=f"{point}@{batch_id}")
+            assert crashed.crashed, f"fault {point}@{batch_id} did not fire:\n{crashed.tail()}"
+            visible = self.visible_ids(workdir)
+            earlier = self.ids_of_batches(batch_id)
+            if point in BEFORE_DECISION:  # invariant 1: nothing visible before the decision
+                assert_exactly_once(visible, earlier)
+            elif point in AFTER_ALL_COMMITS:  # the kill really came after the commits
+                assert_exactly_once(visible, self.ids_of_batches(batch_id + 1))
+            else:
+                known = set(earlier)
+                assert_exactly_once([i for i in visible if i in known], earlier)
         self.run_to_completion(spec)
         assert_exactly_once(self.visible_ids(workdir), expected)
 
@@ -597,16 +610,31 @@ SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_tra
 class SampledDriverKills:
     """Put first in the bases of a connector's conformance class to kill the driver in
     real processes at one point of each kind (before the decision, from a task, between
-    the decision and the commits, among the commits) instead of all seven. The
+    the decision and the commits, among the commits) instead of all eight. The
     in-process crash matrix still runs every point against the connector's real
     destination; the points left out (``after_begun``, ``after_all_commits``,
     ``after_finished``) exercise the protocol's code, not the connector's, and the file
-    sink's suite runs them in real processes."""
+    sink's suite runs them in real processes.
+
+    It samples the other Spark cases the same way: a task retried after it prepared
+    (the retry meets the dead attempt's prepared state; a retry before prepare is in
+    the in-process matrix), and speculation on the cluster with the copy winning (the
+    original then prepares as a zombie after the decision; both orders run in process
+    against the destination, and the file sink's suite runs both on the cluster)."""
+
+    driver_kill_points = SAMPLED_DRIVER_POINTS
 
     @pytest.mark.chaos
-    @pytest.mark.parametrize("point", SAMPLED_DRIVER_POINTS)
-    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
-        super().test_driver_crash_then_restart(workdir, point)  # type: ignore[misc]
+    @pytest.mark.parametrize("point", ["task_fail_after_prepare"])
+    def test_task_retry_reuses_the_transaction_id(self, workdir: str, point: str) -> None:
+        super().test_task_retry_reuses_the_transaction_id(workdir, point)  # type: ignore[misc]
+
+    @pytest.mark.speculation
+    @pytest.mark.parametrize("winner", ["copy"])
+    def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
+                                               winner: str) -> None:
+        super().test_speculative_attempts_on_a_cluster(  # type: ignore[misc]
+            workdir, spark_cluster, winner)
 
 
 class InProcessConformance:
@@ -630,11 +658,7 @@ class ConnectConformance:
 
     connect = True
     pytestmark = [pytest.mark.connect]
-
-    @pytest.mark.chaos
-    @pytest.mark.parametrize("point", SAMPLED_DRIVER_POINTS)
-    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
-        super().test_driver_crash_then_restart(workdir, point)  # type: ignore[misc]
+    driver_kill_points = SAMPLED_DRIVER_POINTS
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

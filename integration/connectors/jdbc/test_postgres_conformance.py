@@ -71,10 +71,7 @@ class TestPostgresSinkConnect(ConnectConformance, TestPostgresSinkConformance):
     between the decision and the commits (the file sink's Connect suite kills it at one
     point of each kind; what Connect changes is the session, not the connector)."""
 
-    @pytest.mark.chaos
-    @pytest.mark.parametrize("point", ["after_decided"])
-    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
-        ConnectorConformance.test_driver_crash_then_restart(self, workdir, point)
+    driver_kill_points = ("after_decided",)
 
 
 class TestPostgresUpsertConformance(InProcessConformance, TestPostgresSinkConformance):

@@ -66,10 +66,7 @@ class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
     from the task that committed a participant (phase 2 runs in tasks: under Connect,
     in the server's executors)."""
 
-    @pytest.mark.chaos
-    @pytest.mark.parametrize("point", ["after_first_commit"])
-    def test_driver_crash_then_restart(self, workdir: str, point: str) -> None:
-        ConnectorConformance.test_driver_crash_then_restart(self, workdir, point)
+    driver_kill_points = ("after_first_commit",)
 
 
 @pytest.mark.hdfs
