@@ -130,6 +130,25 @@ def test_hadoop_store_through_spark_filesystem(spark, tmp_path):
     assert "sink.json" not in store.list_names()
 
 
+def test_hadoop_store_replace_never_leaves_the_record_missing(spark, tmp_path, monkeypatch):
+    """A replace that fails half-way (its temporary file gone before the rename, as
+    after a crash or a lost write) leaves the old record in place: the store renames
+    over it in one step instead of deleting it first."""
+    store = HadoopStore(f"file://{tmp_path}/log", spark)
+    store.replace("sink.json", b'{"v": 1}')
+    real_write_temp = store._write_temp
+
+    def lost_temp(data: bytes):  # written, then gone before the rename
+        tmp = real_write_temp(data)
+        store._fs.delete(tmp, False)
+        return tmp
+
+    monkeypatch.setattr(store, "_write_temp", lost_temp)
+    with pytest.raises(Exception, match=r"FileNotFound|does not exist"):
+        store.replace("sink.json", b'{"v": 2}')
+    assert store.read("sink.json") == b'{"v": 1}'
+
+
 def test_configuration_errors_are_typed():
     with pytest.raises(ConfigurationError, match="unknown file format"):
         FileSink("/tmp/x", format="csv")

@@ -150,18 +150,24 @@ class ConnectorConformance(RaceCases):
     # -- the matrix --------------------------------------------------------------------------
     driver_kill_points: tuple[str, ...] = (*DRIVER_POINTS, "kill_driver_after_first_prepare")
     """Where ``test_driver_crash_then_restart`` kills the driver, one point per batch."""
+    abort_after_kills = True
+    """Whether ``test_driver_crash_then_restart`` ends with a batch whose task fails
+    without retries (the batch is aborted; the next run writes it)."""
 
     @pytest.mark.chaos
     def test_driver_crash_then_restart(self, workdir: str) -> None:
         """The driver is killed (kill -9) at each of ``driver_kill_points`` in turn: the
         first run dies at the first point in batch 1, its restart recovers batch 1 and
-        dies at the second point in batch 2, and so on; the last restart runs to the
-        end. After each kill the reader sees every earlier batch exactly once, nothing
-        of the killed batch before its decision, all of it after its commits; at the
-        end, every id exactly once."""
+        dies at the second point in batch 2, and so on. After each kill the reader sees
+        every earlier batch exactly once, nothing of the killed batch before its
+        decision, all of it after its commits. Then a task of the next batch fails with
+        no retries left: the batch is aborted, none of it visible, the query fails with
+        ``TransactionAbortedError``. The last restart runs to the end: every id exactly
+        once."""
         points = self.driver_kill_points
-        expected = self.prepare_input(workdir, files=CRASH_BATCH + len(points) + 1)
-        spec = self.job(workdir)
+        aborted = CRASH_BATCH + len(points)
+        expected = self.prepare_input(workdir, files=aborted + 2)
+        spec = self.job(workdir)  # local[2]: no task retries
         for batch_id, point in enumerate(points, start=CRASH_BATCH):
             crashed = self.run(spec, fault=f"{point}@{batch_id}")
             assert crashed.crashed, f"fault {point}@{batch_id} did not fire:\n{crashed.tail()}"
@@ -174,6 +180,11 @@ class ConnectorConformance(RaceCases):
             else:
                 known = set(earlier)
                 assert_exactly_once([i for i in visible if i in known], earlier)
+        if self.abort_after_kills:
+            failed = self.run(spec, fault=f"task_fail_after_prepare@{aborted}")
+            assert failed.returncode != 0, failed.tail()
+            assert "TransactionAbortedError" in failed.stderr, failed.tail()
+            assert_exactly_once(self.visible_ids(workdir), self.ids_of_batches(aborted))
         self.run_to_completion(spec)
         assert_exactly_once(self.visible_ids(workdir), expected)
 
@@ -186,18 +197,6 @@ class ConnectorConformance(RaceCases):
         assert result.returncode == 0, result.tail()
         assert "Python worker exited unexpectedly" in result.stderr or "crashed" in (
             result.stderr), "the injected task failure did not happen"
-        assert_exactly_once(self.visible_ids(workdir), expected)
-
-    @pytest.mark.chaos
-    def test_failed_task_without_retries_aborts_the_batch(self, workdir: str) -> None:
-        expected = self.prepare_input(workdir)
-        spec = self.job(workdir, master="local[2]")  # no task retries
-        result = self.run(spec, fault=f"task_fail_after_prepare@{CRASH_BATCH}")
-        assert result.returncode not in (0,), result.tail()
-        assert "TransactionAbortedError" in result.stderr, result.tail()
-        before = self.ids_of_batches(CRASH_BATCH)
-        assert sorted(self.visible_ids(workdir)) == sorted(before)
-        self.run_to_completion(spec)
         assert_exactly_once(self.visible_ids(workdir), expected)
 
     def test_end_to_end_several_batches(self, workdir: str) -> None:
@@ -583,7 +582,6 @@ class SampledConformance:
     for a driver kill and lost executors with the state on that storage."""
 
     test_plain_foreachbatch_duplicates_under_the_same_crash = None
-    test_failed_task_without_retries_aborts_the_batch = None
     test_driver_crash_then_restart = None
     test_speculative_attempts_on_a_cluster = None
     test_at_least_once_task_killed_mid_write_then_restart = None
@@ -596,7 +594,6 @@ class SampledConformance:
 
 
 SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_transaction_id",
-               "test_failed_task_without_retries_aborts_the_batch",
                "test_end_to_end_several_batches",
                "test_at_least_once_task_killed_mid_write_then_restart",
                "test_plain_foreachbatch_duplicates_under_the_same_crash",
@@ -659,6 +656,7 @@ class ConnectConformance:
     connect = True
     pytestmark = [pytest.mark.connect]
     driver_kill_points = SAMPLED_DRIVER_POINTS
+    abort_after_kills = False  # a task's failure is Spark's, the same under Connect
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

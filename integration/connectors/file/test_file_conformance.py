@@ -77,7 +77,10 @@ class TestFileSinkHdfs(ClusterConformance, SampledConformance, CheckpointOnHdfs,
                        TestFileSinkParquet):
     """The file sink with its output, the query's checkpoint and so the commit log on a
     real HDFS: staging and commits through WebHDFS, Spark's checkpoint and the commit
-    log through Hadoop's own client."""
+    log through Hadoop's own client. Batches run end to end on HDFS in the cluster cases
+    (before the kill, and to the end after it), and through Connect below."""
+
+    test_end_to_end_several_batches = None
 
     def output(self, workdir: str) -> str:
         return f"{self.hdfs_dir}/output"
@@ -93,6 +96,7 @@ class TestFileSinkHdfsConnect(ConnectConformance, TestFileSinkHdfs):
     local paths."""
 
     test_driver_crash_then_restart = None
+    test_end_to_end_several_batches = ConnectorConformance.test_end_to_end_several_batches
 
 
 @pytest.mark.cluster

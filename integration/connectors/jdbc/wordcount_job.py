@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
+from sparkeos.testing.job import end_job
+
 
 def main(argv: list[str]) -> int:
     with open(argv[0]) as fh:
@@ -31,8 +33,7 @@ def main(argv: list[str]) -> int:
              .option("checkpointLocation", spec["checkpoint"])
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    spark.stop()
-    return 0
+    return end_job(spark)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sparkeos.testing.job import JobResult, crash_after_write, run_spec_process
+from sparkeos.testing.job import JobResult, crash_after_write, end_job, run_spec_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -82,8 +82,7 @@ def main(argv: list[str]) -> int:
              .option("checkpointLocation", spec.checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    spark.stop()
-    return 0
+    return end_job(spark)
 
 
 if __name__ == "__main__":

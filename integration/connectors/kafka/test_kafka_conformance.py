@@ -64,9 +64,12 @@ class TestKafkaSinkStaged(SampledDriverKills, ConnectorConformance):
 class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
     """The staged Kafka sink through Spark Connect: end to end, and the driver killed
     from the task that committed a participant (phase 2 runs in tasks: under Connect,
-    in the server's executors)."""
+    in the server's executors). Its first batch runs end to end before the kill and its
+    restart runs to the end: the end-to-end case with a restart that finds nothing new
+    is the file sink's."""
 
     driver_kill_points = ("after_first_commit",)
+    test_end_to_end_several_batches = None
 
 
 @pytest.mark.hdfs
@@ -74,7 +77,10 @@ class TestKafkaSinkStagedHdfs(TaskCommitClusterConformance, SampledConformance,
                               CheckpointOnHdfs, TestKafkaSinkStaged):
     """Staging, the query's checkpoint and the commit log on a real HDFS: phase 1
     uploads each attempt's staged file, phase 2 (in other Spark tasks) reads it back
-    through WebHDFS."""
+    through WebHDFS. Batches run end to end on HDFS in the cluster cases (before the
+    kill, and to the end after it); the local end-to-end case is the plain suite's."""
+
+    test_end_to_end_several_batches = None
 
     def sink_spec(self, workdir: str) -> dict[str, Any]:
         spec = super().sink_spec(workdir)

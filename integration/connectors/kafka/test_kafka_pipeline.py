@@ -97,8 +97,7 @@ def test_plain_foreachbatch_producer_duplicates_under_the_same_kills(
         pipeline: tuple[KafkaJobSpec, list[int]]) -> None:
     spec, expected = pipeline
     spec.mode = "plain"
-    for fault in ("after_finished@1", "after_finished@2"):
-        assert run_kafka_job(spec, fault).crashed
+    assert run_kafka_job(spec, "after_finished@1").crashed  # one kill duplicates a batch
     run_to_completion(spec)
     visible = output_ids(spec.bootstrap, spec.output_topic)
     assert set(visible) == set(expected)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 
+from sparkeos.connectors.sql import SqlTableSink
+from sparkeos.connectors.sql.tables import TXN_COLUMN, Tables, engine_for
+from sparkeos.core.steps import commit_step
+from sparkeos.core.txpool import Transaction
 from sparkeos.testing.conformance import (
     ConnectorConformance,
     InProcessConformance,
@@ -126,3 +130,54 @@ class TestSqlTableSinkOnPostgres(InProcessConformance, ConnectorConformance):
         staged = self._query(f'SELECT DISTINCT _sparkeos_txn FROM "{table}__sparkeos_stage"')
         claims = self._query(f'SELECT txn_id FROM "{table}__sparkeos_txn" WHERE NOT committed')
         return sorted({f"staged {r[0]}" for r in staged} | {f"claimed {r[0]}" for r in claims})
+
+
+class _TablesClaimingByRead(Tables):
+    """``Tables.publish`` as it was before the fix: the claim row read without a lock,
+    then the stage copied. Two commits of one transaction both read "not committed"."""
+
+    def publish(self, txn: Transaction, columns: list[str],
+                key: Sequence[str] = ()) -> int | None:
+        sa = self.sa
+        target = self._target()
+        stage = self._stage(target)
+        with self.engine.begin() as conn:
+            held = conn.execute(sa.select(self.txns.c.committed).where(
+                self.txns.c.txn_id == txn.txn_id)).first()
+            if held is None or held.committed:
+                return None if held is None else 0
+            commit_step("claimed", txn)
+            mine = stage.c[TXN_COLUMN] == txn.txn_id
+            moved = conn.execute(target.insert().from_select(
+                columns, sa.select(*[stage.c[c] for c in columns]).where(mine))).rowcount
+            conn.execute(stage.delete().where(mine))
+            conn.execute(self.txns.update().where(self.txns.c.txn_id == txn.txn_id)
+                         .values(committed=True))
+            commit_step("moved", txn)
+        return int(moved)
+
+
+class SqlTableSinkClaimingByRead(SqlTableSink):
+    @property
+    def _tables(self) -> Tables:
+        return _TablesClaimingByRead(engine_for(self.url), self.table)
+
+
+class TestTheRaceCasesCatchAClaimByRead(TestSqlTableSinkOnPostgres):
+    """The suite's own proof: with ``SqlTableSink``'s old claim put back, the
+    concurrent-commit case must fail (it wrote every row twice on PostgreSQL)."""
+
+    def sink_spec(self, workdir: str) -> dict[str, Any]:
+        spec = super().sink_spec(workdir)
+        return {**spec, "factory": f"{__name__}:SqlTableSinkClaimingByRead"}
+
+    @pytest.mark.xfail(strict=True, reason="the old claim duplicates under a twin commit")
+    def test_two_commits_of_one_transaction_at_every_pair_of_steps(self, workdir: str
+                                                                   ) -> None:
+        super().test_two_commits_of_one_transaction_at_every_pair_of_steps(workdir)
+
+
+_KEPT = "test_two_commits_of_one_transaction_at_every_pair_of_steps"
+for _name in dir(TestTheRaceCasesCatchAClaimByRead):
+    if _name.startswith("test_") and _name != _KEPT:
+        setattr(TestTheRaceCasesCatchAClaimByRead, _name, None)

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sparkeos.testing.job import JobResult, run_spec_process
+from sparkeos.testing.job import JobResult, end_job, run_spec_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -43,6 +43,10 @@ class StompJobSpec:
     message_id_header: str | None = None
     pg_dsn: str = ""
     poll_timeout_s: float = 3.0
+    drain: bool = False
+    """Start the query again in the same session until a run reads nothing: the
+    messages of a run's last batch are acknowledged by the next run, so one process
+    drains the queue (what a restart would, without a new JVM)."""
 
 
 def run_stomp_job(spec: StompJobSpec, fault: str | None = None,
@@ -124,8 +128,7 @@ def main(argv: list[str]) -> int:
                  .option("checkpointLocation", spec.checkpoint)
                  .trigger(availableNow=True).start())
         query.awaitTermination()
-        spark.stop()
-        return 0
+        return end_job(spark)
     source = stomp_source(
         spark, spec.url, spec.input_queue, spool_dir=spec.spool_dir,
         max_batch_messages=spec.max_batch_messages, body_format=spec.body_format,
@@ -134,12 +137,14 @@ def main(argv: list[str]) -> int:
         message_id_header=spec.message_id_header, poll_timeout_s=spec.poll_timeout_s)
     df = source.selectExpr("CAST(get_json_object(body, '$.id') AS BIGINT) AS id",
                            "body AS payload")
-    query = (df.writeStream.foreachBatch(exactly_once(_sink(spec), name="from-stomp"))
-             .option("checkpointLocation", spec.checkpoint)
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
-    spark.stop()
-    return 0
+    for _ in range(8 if spec.drain else 1):
+        query = (df.writeStream.foreachBatch(exactly_once(_sink(spec), name="from-stomp"))
+                 .option("checkpointLocation", spec.checkpoint)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        if not sum(int(p.numInputRows) for p in query.recentProgress):
+            break
+    return end_job(spark)
 
 
 if __name__ == "__main__":
