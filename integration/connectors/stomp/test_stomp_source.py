@@ -140,7 +140,12 @@ def test_stomp_to_file_on_rabbitmq_with_a_producer_set_id(
     assert_spool_empty(spec)
 
 
-def test_stomp_to_file_exactly_once(broker: Broker, tmp_path: Any) -> None:
+def test_stomp_to_file_exactly_once(artemis_url: str, local_artemis: bool,
+                                    tmp_path: Any) -> None:
+    """Every message once, then more published and read by a later run. On Artemis; on
+    ActiveMQ Classic, test_redelivery_after_commit_before_ack_is_dropped drains a queue
+    to exactly once too, through a kill."""
+    broker = Broker("artemis", artemis_url, local_artemis)
     spec = make_spec(broker, str(tmp_path))
     publish(broker, spec.input_queue, list(range(MESSAGES)))
     drain_job(spec, broker)
@@ -191,7 +196,7 @@ def test_stomp_to_file_survives_random_kills(artemis_url: str, local_artemis: bo
         [f"source_after_ack@{n}" for n in (1, 2)] + \
         [f"{p}@{b}" for p in (*DRIVER_POINTS, "kill_driver_after_first_prepare")
          for b in (0, 1, 2)]
-    for kill in rng.sample(points, 5):
+    for kill in rng.sample(points, 3):
         if kill.startswith("source_"):
             run_stomp_job(spec, source_fault=kill)
         else:
@@ -331,8 +336,7 @@ def test_plain_stomp_consumer_duplicates_under_the_same_kills(
     broker = Broker("artemis", artemis_url, local_artemis)
     spec = make_spec(broker, str(tmp_path), mode="plain")
     publish(broker, spec.input_queue, list(range(MESSAGES)))
-    for batch in (0, 2):
-        run_until_crash(spec, fault=f"after_finished@{batch}")
+    run_until_crash(spec, fault="after_finished@1")  # one kill duplicates a batch
     drain_job(spec, broker)
     seen = file_ids(spec)
     assert set(seen) == set(range(MESSAGES))
