@@ -6,9 +6,9 @@ Each chaos test feeds an example's input, runs the script in a child process
 other points of the same connectors are killed in their conformance suites and in
 integration/connectors/*/test_*_pipeline.py), checks the kill happened, restarts the
 script from its checkpoint until a condition on the output (and the input queue)
-holds, and then counts the output: every input id exactly once, or the exact count of every word. No
-check waits on time; every loop ends on a condition, with a bound on the number of
-runs. Each test removes what it created: topics, marker groups and progress records,
+holds, and then counts the output: every input id exactly once, or the exact count of
+every word. No check waits on time; every loop ends on a condition, with a bound on
+the number of runs. Each test removes what it created: topics, marker groups and progress records,
 tables and marker rows, prepared transactions, queues, directories.
 
 The fast test at the end checks that examples/README.md lists every script and that
@@ -295,7 +295,7 @@ def test_stomp_to_kafka(kafka: KafkaJanitor, artemis_url: str, local_artemis: bo
         return complete and depth() in (0, None)
 
     try:
-        # The kill between commit and acknowledgement comes last: a restarted source
+        # Killed between the commit and the acknowledgement: the restarted source
         # acknowledges the batches of the run before as their redeliveries arrive.
         example.run_until_killed(*args, kill="source_before_ack@1")
         example.run_until(*args, done=done, runs=12)

@@ -573,6 +573,13 @@ class TaskCommitClusterConformance(ClusterConformance):
         self.executor_lost(workdir, spark_cluster, "kill_executor_after_commit")
 
 
+@pytest.mark.chaos
+@pytest.mark.parametrize("point", ["task_fail_after_prepare"])
+def _task_retry_after_prepare_only(self: Any, workdir: str, point: str) -> None:
+    """The task-retry case sampled: a retry that meets the dead attempt's prepared state."""
+    ConnectorConformance.test_task_retry_reuses_the_transaction_id(self, workdir, point)
+
+
 class SampledConformance:
     """Put first in the bases of a variant of a connector's conformance class (the same
     sink with its state on other storage, e.g. HDFS) to run every in-process case and
@@ -587,10 +594,7 @@ class SampledConformance:
     test_at_least_once_task_killed_mid_write_then_restart = None
     test_soak_many_tiny_batches_stay_bounded = None
 
-    @pytest.mark.chaos
-    @pytest.mark.parametrize("point", ["task_fail_after_prepare"])
-    def test_task_retry_reuses_the_transaction_id(self, workdir: str, point: str) -> None:
-        super().test_task_retry_reuses_the_transaction_id(workdir, point)  # type: ignore[misc]
+    test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
 
 
 SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_transaction_id",
@@ -607,7 +611,7 @@ SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_tra
 class SampledDriverKills:
     """Put first in the bases of a connector's conformance class to kill the driver in
     real processes at one point of each kind (before the decision, from a task, between
-    the decision and the commits, among the commits) instead of all eight. The
+    the decision and the commits, among the commits) instead of all seven. The
     in-process crash matrix still runs every point against the connector's real
     destination; the points left out (``after_begun``, ``after_all_commits``,
     ``after_finished``) exercise the protocol's code, not the connector's, and the file
@@ -621,10 +625,7 @@ class SampledDriverKills:
 
     driver_kill_points = SAMPLED_DRIVER_POINTS
 
-    @pytest.mark.chaos
-    @pytest.mark.parametrize("point", ["task_fail_after_prepare"])
-    def test_task_retry_reuses_the_transaction_id(self, workdir: str, point: str) -> None:
-        super().test_task_retry_reuses_the_transaction_id(workdir, point)  # type: ignore[misc]
+    test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
 
     @pytest.mark.speculation
     @pytest.mark.parametrize("winner", ["copy"])
