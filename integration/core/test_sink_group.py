@@ -14,7 +14,7 @@ import pytest
 from integration.connectors.jdbc.support import Names, PgServer
 from integration.fixtures.kafka import create_topic, unique_name
 from sparkeos.connectors.kafka import read_topic
-from sparkeos.testing.job import JobSpec, run_job_process, write_input
+from sparkeos.testing.job import JobSpec, run_job, run_job_process, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos]
 
@@ -63,7 +63,7 @@ def test_pg_and_kafka_under_one_decision_survive_driver_kills(
         in_kafka = [i for i in kafka_ids(kafka_bootstrap, topic) if i in before]
         assert in_pg == in_kafka, f"before {fault}: {in_pg} != {in_kafka}"
         assert in_pg == before, fault
-    result = run_job_process(spec)
+    result = run_job(spec)
     assert result.returncode == 0, result.tail()
     everything = sorted(i for f in FILES for i in f)
     in_pg, in_kafka = pg_ids(admin, names.table), kafka_ids(kafka_bootstrap, topic)

@@ -47,7 +47,7 @@ from sparkeos.core.faults import (
 from sparkeos.core.protocol import CommitLocation, Transaction, TransactionalSink
 
 from .inprocess import ID_SCHEMA, ArrowRunner, ListRunner, id_batch, run_uncommitted
-from .job import JobResult, JobSpec, load_factory, run_job_process, write_input
+from .job import JobResult, JobSpec, load_factory, run_job, run_job_process, write_input
 from .races import RaceCases
 
 BEFORE_DECISION = ("after_begun", "after_all_prepared", "kill_driver_after_first_prepare")
@@ -130,7 +130,11 @@ class ConnectorConformance(RaceCases):
 
     def run(self, spec: JobSpec, fault: str | None = None,
             env: dict[str, str] | None = None) -> JobResult:
-        return run_job_process(spec, fault, env=env)
+        """A run that something kills, or with settings of its own (``env``), in a job
+        process of its own; else in the warm session (``sparkeos.testing.job.run_job``)."""
+        if env:
+            return run_job_process(spec, fault, env=env)
+        return run_job(spec, fault)
 
     def run_to_completion(self, spec: JobSpec, restarts: int = 3) -> None:
         for _ in range(restarts):

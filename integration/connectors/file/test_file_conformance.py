@@ -18,7 +18,7 @@ from sparkeos.testing.conformance import (
     SampledConformance,
     assert_exactly_once,
 )
-from sparkeos.testing.job import JobSpec, run_job_process, write_input
+from sparkeos.testing.job import JobSpec, run_job, run_job_process, write_input
 
 
 class TestFileSinkParquet(ConnectorConformance):
@@ -64,7 +64,7 @@ def test_driver_kills_with_batches_coalesced_to_the_writers(tmp_path: Any) -> No
                          "kwargs": {"path": out}}, partitions=6)
     for fault in ("kill_driver_after_first_prepare@1", "after_decided@2"):
         assert run_job_process(spec, fault).crashed, fault
-    assert run_job_process(spec).returncode == 0
+    assert run_job(spec).returncode == 0
     assert_exactly_once(read_output(out).column("id").to_pylist(), expected)
     states = CommitLog(open_store(sink_log_location(str(tmp_path / "ckpt"), "conformance")))
     for state in states.batches().values():

@@ -12,7 +12,7 @@ import pytest
 
 from sparkeos.connectors.file import committed_files
 from sparkeos.testing.conformance import assert_exactly_once
-from sparkeos.testing.job import JobSpec, run_job_process, write_input
+from sparkeos.testing.job import JobSpec, run_job, run_job_process, write_input
 
 from .two_sinks import NAMES
 
@@ -37,7 +37,7 @@ def test_two_sinks_one_directory_under_repeated_kills(tmp_path: Any) -> None:
                   "after_finished@2"):
         crashed = run_job_process(spec, fault)
         assert crashed.crashed, f"{fault} did not fire:\n{crashed.tail()}"
-    done = run_job_process(spec)
+    done = run_job(spec)
     assert done.returncode == 0, done.tail()
     for name in NAMES:
         assert_exactly_once(sink_ids(out, name), expected)

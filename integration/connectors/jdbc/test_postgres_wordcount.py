@@ -39,9 +39,10 @@ def test_word_count_upserts_exact_counts_under_repeated_driver_kills(
     spec_path = str(tmp_path / "spec.json")
     for fault in CRASHES:
         result = run_spec_process("integration.connectors.jdbc.wordcount_job", spec,
-                                  spec_path, fault)
+                                  spec_path, fault, ahead_settings={})
         assert result.crashed, f"{fault}: the driver was not killed\n{result.tail()}"
-    result = run_spec_process("integration.connectors.jdbc.wordcount_job", spec, spec_path)
+    result = run_spec_process("integration.connectors.jdbc.wordcount_job", spec, spec_path,
+                              ahead_settings={})
     assert result.returncode == 0, result.tail()
 
     expected = Counter(w for words in FILES for w in words)

@@ -18,6 +18,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sparkeos.testing import ahead
 from sparkeos.testing.job import JobResult, crash_after_write, end_job, run_spec_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -44,12 +45,11 @@ class KafkaJobSpec:
 def run_kafka_job(spec: KafkaJobSpec, fault: str | None = None,
                   timeout: float = 300.0) -> JobResult:
     return run_spec_process("integration.connectors.kafka.kafka_job", asdict(spec),
-                            spec.checkpoint + ".spec.json", fault, timeout, cwd=ROOT)
+                            spec.checkpoint + ".spec.json", fault, timeout, cwd=ROOT,
+                            ahead_settings={})
 
 
 def main(argv: list[str]) -> int:
-    with open(argv[0]) as fh:
-        spec = KafkaJobSpec(**json.load(fh))
     from sparkeos.connectors.kafka import KafkaSink, kafka_source, spark_kafka_jars
     from sparkeos.connectors.kafka.plain import plain_foreachbatch_writer
     from sparkeos.core.adapter import exactly_once
@@ -57,6 +57,11 @@ def main(argv: list[str]) -> int:
 
     spark = local_session("sparkeos-kafka-job", "local[2]",
                           {"spark.jars": ",".join(spark_kafka_jars())})
+    spec_path = ahead.wait_for_spec() if argv[0] == ahead.FLAG else argv[0]
+    if spec_path is None:  # started ahead, not needed
+        return end_job(spark)
+    with open(spec_path) as fh:
+        spec = KafkaJobSpec(**json.load(fh))
     source = kafka_source(spark, spec.bootstrap, spec.input_topic,
                           maxOffsetsPerTrigger=spec.max_offsets_per_trigger)
     df = source.selectExpr(

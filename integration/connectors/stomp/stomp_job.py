@@ -20,7 +20,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sparkeos.testing.job import JobResult, end_job, run_spec_process
+from sparkeos.testing import ahead
+from sparkeos.testing.job import JobResult, end_job, run_spec_process, run_warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -52,11 +53,18 @@ class StompJobSpec:
 def run_stomp_job(spec: StompJobSpec, fault: str | None = None,
                   source_fault: str | None = None, env: dict[str, str] | None = None,
                   timeout: float = 300.0) -> JobResult:
+    """A run that something kills in a child process; else in the warm session of this
+    process (see ``sparkeos.testing.job.run_job``)."""
+    if fault is None and source_fault is None and not env:
+        return run_warm(lambda spark: run_stomp_spec(spec, spark, timeout))
     extra = dict(env or {})
     if source_fault:
         extra["SPARKEOS_SOURCE_FAULT"] = source_fault
+    # Source faults are read by the source's runner process, which Spark starts with the
+    # environment the job had at its start: such runs cannot be started ahead.
     return run_spec_process("integration.connectors.stomp.stomp_job", asdict(spec),
-                            spec.checkpoint + ".spec.json", fault, timeout, extra, cwd=ROOT)
+                            spec.checkpoint + ".spec.json", fault, timeout, extra or None,
+                            cwd=ROOT, ahead_settings=None if extra else {})
 
 
 def _sink(spec: StompJobSpec) -> Any:
@@ -109,13 +117,32 @@ def _plain(spec: StompJobSpec, spark: Any) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    with open(argv[0]) as fh:
-        spec = StompJobSpec(**json.load(fh))
-    from sparkeos.connectors.stomp import stomp_source
-    from sparkeos.core.adapter import exactly_once
     from sparkeos.core.spark import local_session
 
     spark = local_session("sparkeos-stomp-job", "local[2]")
+    spec_path = ahead.wait_for_spec() if argv[0] == ahead.FLAG else argv[0]
+    if spec_path is None:  # started ahead, not needed
+        return end_job(spark)
+    with open(spec_path) as fh:
+        spec = StompJobSpec(**json.load(fh))
+    run_stomp_spec(spec, spark)
+    return end_job(spark)
+
+
+def _await(query: Any, timeout: float | None) -> None:
+    try:
+        if not query.awaitTermination(timeout) and timeout is not None:
+            raise TimeoutError(f"the STOMP job still ran after {timeout:.0f} s")
+    finally:
+        query.stop()
+
+
+def run_stomp_spec(spec: StompJobSpec, spark: Any, timeout: float | None = None) -> None:
+    """Run the job on ``spark`` until its input is drained (once, or with ``drain``
+    until a run reads nothing); the session stays open."""
+    from sparkeos.connectors.stomp import stomp_source
+    from sparkeos.core.adapter import exactly_once
+
     if spec.mode == "plain":
         ticks = spec.checkpoint + "-ticks"  # one batch per file: a consume each
         os.makedirs(ticks, exist_ok=True)
@@ -127,8 +154,8 @@ def main(argv: list[str]) -> int:
         query = (stream.writeStream.foreachBatch(_plain(spec, spark))
                  .option("checkpointLocation", spec.checkpoint)
                  .trigger(availableNow=True).start())
-        query.awaitTermination()
-        return end_job(spark)
+        _await(query, timeout)
+        return
     source = stomp_source(
         spark, spec.url, spec.input_queue, spool_dir=spec.spool_dir,
         max_batch_messages=spec.max_batch_messages, body_format=spec.body_format,
@@ -138,13 +165,16 @@ def main(argv: list[str]) -> int:
     df = source.selectExpr("CAST(get_json_object(body, '$.id') AS BIGINT) AS id",
                            "body AS payload")
     for _ in range(8 if spec.drain else 1):
-        query = (df.writeStream.foreachBatch(exactly_once(_sink(spec), name="from-stomp"))
+        sink = _sink(spec)
+        query = (df.writeStream.foreachBatch(exactly_once(sink, name="from-stomp"))
                  .option("checkpointLocation", spec.checkpoint)
                  .trigger(availableNow=True).start())
-        query.awaitTermination()
+        try:
+            _await(query, timeout)
+        finally:
+            sink.close()
         if not sum(int(p.numInputRows) for p in query.recentProgress):
             break
-    return end_job(spark)
 
 
 if __name__ == "__main__":

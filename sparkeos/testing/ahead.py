@@ -1,0 +1,111 @@
+"""Job processes started ahead: the next kill-and-restart run warms up while this one runs.
+
+A job process spends its first seconds on things that touch no state: Python imports,
+the driver JVM, the Spark session. A test that kills the driver at N points runs N
+such processes one after the other, each cold. Here each run hands its spec to a
+process started during the previous run, already past its session start and waiting on
+its standard input, and starts the one for the next run at once, on the core the
+running job leaves idle.
+
+Nothing durable is touched before the spec arrives (the query, the checkpoint, the
+commit log and the lease come after), so a process started ahead is, to the protocol,
+a process started now. It is used only for the same session settings (master, Spark
+settings, working directory, environment); else it is discarded and a cold one starts.
+Local masters only: a process waiting with a cluster's master would hold executors
+(measured: the next cluster job waited for cores that never came).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+FLAG = "--ahead"
+"""``python -m MODULE --ahead SETTINGS``: make the session from the JSON ``SETTINGS``,
+then ``wait_for_spec()``."""
+
+_waiting: dict[str, subprocess.Popen[str]] = {}
+"""At most one process, by the key of the session it holds."""
+
+
+def session_settings(spec: Any) -> dict[str, Any]:
+    """What a started process has fixed before it reads its spec."""
+    return {"master": spec.master, "spark_conf": spec.spark_conf, "connect": spec.connect}
+
+
+VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
+"""Changes with every test phase and means nothing to a job."""
+
+
+def _key(module: str, settings: dict[str, Any], cwd: str | None, env: dict[str, str]) -> str:
+    kept = sorted((k, v) for k, v in env.items() if k not in VOLATILE_ENV)
+    text = json.dumps([module, settings, cwd, kept], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def start(module: str, settings: dict[str, Any], cwd: str | None,
+          env: dict[str, str]) -> None:
+    """Start a process for the next run with these settings (one at a time)."""
+    discard_all()
+    if not str(settings.get("master", "local")).startswith("local"):
+        raise ValueError(f"only local sessions start ahead, not {settings['master']}")
+    _waiting[_key(module, settings, cwd, env)] = subprocess.Popen(
+        [sys.executable, "-m", module, FLAG, json.dumps(settings)], cwd=cwd,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, start_new_session=True)
+
+
+def take(module: str, settings: dict[str, Any], cwd: str | None, env: dict[str, str],
+         spec_path: str, fault: str | None) -> subprocess.Popen[str] | None:
+    """The waiting process for these settings, handed ``spec_path`` and ``fault``; None
+    if there is none (or it died): the caller starts one cold."""
+    proc = _waiting.pop(_key(module, settings, cwd, env), None)
+    discard_all()
+    if proc is None or proc.poll() is not None or proc.stdin is None:
+        return None
+    try:
+        proc.stdin.write(json.dumps({"spec": spec_path, "fault": fault}) + "\n")
+        proc.stdin.close()
+    except OSError:  # it died meanwhile
+        _kill(proc)
+        return None
+    proc.stdin = None  # sent and closed: communicate() has nothing more to write
+    return proc
+
+
+def discard_all() -> None:
+    while _waiting:
+        _kill(_waiting.popitem()[1])
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.communicate()
+
+
+atexit.register(discard_all)
+
+
+def wait_for_spec() -> str | None:
+    """In the started process: the path of the spec the run sends, its fault set in
+    ``SPARKEOS_FAULT`` (read when the query starts); None at end of input (the test
+    process went away or had no use for this process)."""
+    from sparkeos.core.faults import ENV_VAR
+
+    line = sys.stdin.readline()
+    if not line.strip():
+        return None
+    order = json.loads(line)
+    if order.get("fault"):
+        os.environ[ENV_VAR] = order["fault"]
+    return str(order["spec"])
