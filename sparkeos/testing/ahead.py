@@ -21,6 +21,7 @@ import atexit
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -50,10 +51,11 @@ def _key(module: str, settings: dict[str, Any], cwd: str | None, env: dict[str, 
 
 def start(module: str, settings: dict[str, Any], cwd: str | None,
           env: dict[str, str]) -> None:
-    """Start a process for the next run with these settings (one at a time)."""
+    """Start a process for the next run with these settings (one at a time; none for a
+    cluster's master, so ``take`` finds none for it either)."""
     discard_all()
     if not str(settings.get("master", "local")).startswith("local"):
-        raise ValueError(f"only local sessions start ahead, not {settings['master']}")
+        return
     _waiting[_key(module, settings, cwd, env)] = subprocess.Popen(
         [sys.executable, "-m", module, FLAG, json.dumps(settings)], cwd=cwd,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -84,8 +86,6 @@ def discard_all() -> None:
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
-    import signal
-
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -94,6 +94,12 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 
 
 atexit.register(discard_all)
+
+
+def spec_path(argv: list[str]) -> str | None:
+    """A job module's spec: its argument, or started ahead (``FLAG``) what the run
+    sends (``wait_for_spec``); None when a started process was not needed."""
+    return wait_for_spec() if argv[0] == FLAG else argv[0]
 
 
 def wait_for_spec() -> str | None:

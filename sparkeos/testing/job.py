@@ -140,11 +140,8 @@ def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 30
     spec_path = (spec.checkpoint + ".spec.json" if "://" not in spec.checkpoint
                  else os.path.join(os.path.dirname(spec.input), f"job-{spec.mode}.spec.json"))
     # The fault reaches a started process with its spec; a Connect server's Python
-    # workers and settings in ``env`` need it at start. On a cluster a waiting process
-    # would hold executors the running job needs.
-    settings = (ahead.session_settings(spec)
-                if env is None and not spec.connect and spec.master.startswith("local")
-                else None)
+    # workers and settings in ``env`` need it at start.
+    settings = ahead.session_settings(spec) if env is None and not spec.connect else None
     return run_spec_process(JOB_MODULE, asdict(spec), spec_path, fault, timeout, env, cwd,
                             ahead_settings=settings)
 
@@ -341,6 +338,17 @@ def end_job(spark: Any) -> int:
     os._exit(0)
 
 
+def await_query(query: Any, timeout: float | None, what: str) -> None:
+    """Wait for a query to end; one still running after ``timeout`` seconds is stopped
+    and a ``TimeoutError`` raised (in a process that goes on, a query must not outlive
+    its job)."""
+    try:
+        if not query.awaitTermination(timeout) and timeout is not None:
+            raise TimeoutError(f"{what} still running after {timeout:.0f} s")
+    finally:
+        query.stop()  # a no-op once it ended
+
+
 def run_spec(spec: JobSpec, spark: Any, timeout: float | None = None) -> int:
     """Run the job ``spec`` describes on ``spark`` until its input is consumed (the
     session stays open: ``end_job`` ends it); a query still running after ``timeout``
@@ -368,10 +376,8 @@ def run_spec(spec: JobSpec, spark: Any, timeout: float | None = None) -> int:
              .option("checkpointLocation", spec.checkpoint)
              .trigger(availableNow=True).start())
     try:
-        if not query.awaitTermination(timeout) and timeout is not None:
-            raise TimeoutError(f"job {spec.name} still running after {timeout:.0f} s")
+        await_query(query, timeout, f"job {spec.name}")
     finally:
-        query.stop()  # a no-op once it ended; else the query would outlive the job
         close = getattr(target, "close", None)
         if callable(close):
             close()  # a process would have dropped its clients and pools by exiting

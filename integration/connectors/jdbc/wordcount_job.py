@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     from sparkeos.core.spark import local_session
 
     spark = local_session("sparkeos-wordcount", conf={"spark.sql.shuffle.partitions": "3"})
-    spec_path = ahead.wait_for_spec() if argv[0] == ahead.FLAG else argv[0]
+    spec_path = ahead.spec_path(argv)
     if spec_path is None:  # started ahead, not needed
         return end_job(spark)
     with open(spec_path) as fh:

@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
 
     spark = local_session("sparkeos-kafka-job", "local[2]",
                           {"spark.jars": ",".join(spark_kafka_jars())})
-    spec_path = ahead.wait_for_spec() if argv[0] == ahead.FLAG else argv[0]
+    spec_path = ahead.spec_path(argv)
     if spec_path is None:  # started ahead, not needed
         return end_job(spark)
     with open(spec_path) as fh:

@@ -21,7 +21,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparkeos.testing import ahead
-from sparkeos.testing.job import JobResult, end_job, run_spec_process, run_warm
+from sparkeos.testing.job import (
+    JobResult,
+    await_query,
+    end_job,
+    run_spec_process,
+    run_warm,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -120,21 +126,13 @@ def main(argv: list[str]) -> int:
     from sparkeos.core.spark import local_session
 
     spark = local_session("sparkeos-stomp-job", "local[2]")
-    spec_path = ahead.wait_for_spec() if argv[0] == ahead.FLAG else argv[0]
+    spec_path = ahead.spec_path(argv)
     if spec_path is None:  # started ahead, not needed
         return end_job(spark)
     with open(spec_path) as fh:
         spec = StompJobSpec(**json.load(fh))
     run_stomp_spec(spec, spark)
     return end_job(spark)
-
-
-def _await(query: Any, timeout: float | None) -> None:
-    try:
-        if not query.awaitTermination(timeout) and timeout is not None:
-            raise TimeoutError(f"the STOMP job still ran after {timeout:.0f} s")
-    finally:
-        query.stop()
 
 
 def run_stomp_spec(spec: StompJobSpec, spark: Any, timeout: float | None = None) -> None:
@@ -154,7 +152,7 @@ def run_stomp_spec(spec: StompJobSpec, spark: Any, timeout: float | None = None)
         query = (stream.writeStream.foreachBatch(_plain(spec, spark))
                  .option("checkpointLocation", spec.checkpoint)
                  .trigger(availableNow=True).start())
-        _await(query, timeout)
+        await_query(query, timeout, "the STOMP job")
         return
     source = stomp_source(
         spark, spec.url, spec.input_queue, spool_dir=spec.spool_dir,
@@ -170,7 +168,7 @@ def run_stomp_spec(spec: StompJobSpec, spark: Any, timeout: float | None = None)
                  .option("checkpointLocation", spec.checkpoint)
                  .trigger(availableNow=True).start())
         try:
-            _await(query, timeout)
+            await_query(query, timeout, "the STOMP job")
         finally:
             sink.close()
         if not sum(int(p.numInputRows) for p in query.recentProgress):
