@@ -74,6 +74,28 @@ KILL_GROUP_ENV = "SPARKEOS_FAULT_KILL_GROUP"
 function runs in a Python process of the server, not in the driver: the test job
 names its own group (client, Connect server and workers), so a driver crash kills
 all of it, as a power cut would."""
+LATE_DIR_ENV = "SPARKEOS_FAULT_LATE_DIR"
+"""A directory where a process started before its plan was known (a test's job process
+started ahead: ``sparkeos.testing.ahead``) and the processes Spark starts under it find
+the plan: a file named after the variable (``SPARKEOS_FAULT``, ``SPARKEOS_SOURCE_FAULT``)
+holds its value. Spark's Python workers and a source's runner inherit the environment the
+driver's JVM started with, not the one of the moment the plan arrived."""
+
+
+def plan_setting(name: str) -> str:
+    """The value of the plan variable ``name``: from the environment, else from the file
+    of that name in ``$SPARKEOS_FAULT_LATE_DIR``; empty when neither gives one."""
+    value = os.environ.get(name, "").strip()
+    late = os.environ.get(LATE_DIR_ENV, "")
+    if value or not late:
+        return value
+    try:
+        with open(os.path.join(late, name)) as fh:
+            return fh.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
 BARRIER_WAIT_S = 300.0
 """How long an attempt waits for the other attempt's signal. Only a cluster that never
 launches the speculative copy waits this long; the test then fails on its check that
@@ -110,7 +132,7 @@ class FaultPlan:
 
     @classmethod
     def from_env(cls) -> FaultPlan:
-        spec = os.environ.get(ENV_VAR, "").strip()
+        spec = plan_setting(ENV_VAR)
         if not spec:
             return cls()
         point, _, batch = spec.partition("@")
@@ -236,7 +258,7 @@ the driver's machine would."""
 
 class SourceFaults:
     def __init__(self) -> None:
-        spec = os.environ.get(SOURCE_ENV, "").strip()
+        spec = plan_setting(SOURCE_ENV)
         point, _, count = spec.partition("@")
         if point and point not in SOURCE_POINTS:
             raise ValueError(f"{SOURCE_ENV}={spec!r}: unknown point; use one of "

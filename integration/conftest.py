@@ -21,6 +21,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The services the session's fixtures stop side by side at its end."""
+    from integration.fixtures import services
+
+    for failure in services.wait_for_stops():
+        print(f"\n[sparkeos] a service did not stop: {failure}", file=sys.stderr)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def spark_class_archive() -> None:
     """Spark starts from a class-data archive (made once per JDK and Spark: about 15 s),

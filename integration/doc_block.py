@@ -1,6 +1,7 @@
 """Runs one Python code block of the docs, as a user would paste it (test harness).
 
     python -m integration.doc_block spec.json
+    python -m integration.doc_block --ahead '{}'   (sparkeos.testing.ahead)
 
 The spec gives the block's code, the text replacements that point its placeholder
 hosts, paths and names at this test's own (``broker:9092`` -> the test broker, ...),
@@ -9,7 +10,9 @@ DataFrame of order_id / payload rows) defined unless it defines it itself; a
 ``query`` it starts is run until the input is consumed, then stopped, and its
 failure fails the block; a function ``write(df, batch_id)`` it defines is called on a
 batch; a ``TransactionalSink`` subclass it defines with a ``path`` field writes two
-batches through the real coordinator.
+batches through the real coordinator. A block that makes no session of its own may run in
+a process started ahead, which made the harness's session (``local_session("doc-block")``)
+before the block arrived, as the harness would have made it for the block.
 """
 
 from __future__ import annotations
@@ -20,10 +23,20 @@ import sys
 import types
 from typing import Any
 
+from sparkeos.testing import ahead
+
 
 def main(argv: list[str]) -> int:
-    with open(argv[0]) as fh:
+    if argv[0] == ahead.FLAG:  # started ahead: the harness's session first
+        from sparkeos.core.spark import local_session
+
+        local_session("doc-block")
+    spec_path = ahead.spec_path(argv)
+    if spec_path is None:  # started ahead, not needed
+        return 0
+    with open(spec_path) as fh:
         spec = json.load(fh)
+    os.environ.update(spec["env"])
     code = spec["code"]
     for old, new in spec["replace"].items():
         code = code.replace(old, new)

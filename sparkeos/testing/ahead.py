@@ -21,9 +21,11 @@ import atexit
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 FLAG = "--ahead"
@@ -32,6 +34,8 @@ then ``wait_for_spec()``."""
 
 _waiting: dict[str, subprocess.Popen[str]] = {}
 """At most one process, by the key of the session it holds."""
+_late_dirs: list[str] = []
+"""The plan directories of the processes started (removed at exit)."""
 
 
 def session_settings(spec: Any) -> dict[str, Any]:
@@ -52,26 +56,33 @@ def _key(module: str, settings: dict[str, Any], cwd: str | None, env: dict[str, 
 def start(module: str, settings: dict[str, Any], cwd: str | None,
           env: dict[str, str]) -> None:
     """Start a process for the next run with these settings (one at a time; none for a
-    cluster's master, so ``take`` finds none for it either)."""
+    cluster's master, so ``take`` finds none for it either). Its plan comes late, so the
+    processes Spark starts under it read the plan from a directory of its own
+    (``SPARKEOS_FAULT_LATE_DIR``)."""
+    from sparkeos.core.faults import LATE_DIR_ENV
+
     discard_all()
     if not str(settings.get("master", "local")).startswith("local"):
         return
+    late = tempfile.mkdtemp(prefix="sparkeos-ahead-")
+    _late_dirs.append(late)
     _waiting[_key(module, settings, cwd, env)] = subprocess.Popen(
         [sys.executable, "-m", module, FLAG, json.dumps(settings)], cwd=cwd,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env, start_new_session=True)
+        env={**env, LATE_DIR_ENV: late}, start_new_session=True)
 
 
 def take(module: str, settings: dict[str, Any], cwd: str | None, env: dict[str, str],
-         spec_path: str, fault: str | None) -> subprocess.Popen[str] | None:
-    """The waiting process for these settings, handed ``spec_path`` and ``fault``; None
-    if there is none (or it died): the caller starts one cold."""
+         spec_path: str, plan: dict[str, str]) -> subprocess.Popen[str] | None:
+    """The waiting process for these settings, handed ``spec_path`` and ``plan`` (fault
+    variables by name: ``{"SPARKEOS_FAULT": "after_decided@1"}``); None if there is none
+    (or it died): the caller starts one cold."""
     proc = _waiting.pop(_key(module, settings, cwd, env), None)
     discard_all()
     if proc is None or proc.poll() is not None or proc.stdin is None:
         return None
     try:
-        proc.stdin.write(json.dumps({"spec": spec_path, "fault": fault}) + "\n")
+        proc.stdin.write(json.dumps({"spec": spec_path, "plan": plan}) + "\n")
         proc.stdin.close()
     except OSError:  # it died meanwhile
         _kill(proc)
@@ -93,7 +104,13 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     proc.communicate()
 
 
+def _remove_late_dirs() -> None:
+    while _late_dirs:
+        shutil.rmtree(_late_dirs.pop(), ignore_errors=True)
+
+
 atexit.register(discard_all)
+atexit.register(_remove_late_dirs)
 
 
 def spec_path(argv: list[str]) -> str | None:
@@ -103,15 +120,21 @@ def spec_path(argv: list[str]) -> str | None:
 
 
 def wait_for_spec() -> str | None:
-    """In the started process: the path of the spec the run sends, its fault set in
-    ``SPARKEOS_FAULT`` (read when the query starts); None at end of input (the test
-    process went away or had no use for this process)."""
-    from sparkeos.core.faults import ENV_VAR
+    """In the started process: the path of the spec the run sends, its fault plan set in
+    the environment (read when the query starts) and in ``$SPARKEOS_FAULT_LATE_DIR``
+    (for the processes Spark starts); None at end of input (the test process went away
+    or had no use for this process)."""
+    from sparkeos.core.faults import LATE_DIR_ENV
 
     line = sys.stdin.readline()
     if not line.strip():
         return None
     order = json.loads(line)
-    if order.get("fault"):
-        os.environ[ENV_VAR] = order["fault"]
+    late = os.environ.get(LATE_DIR_ENV, "")
+    for name, value in order["plan"].items():
+        os.environ[name] = value
+        if late:
+            with open(os.path.join(late, name + ".part"), "w") as fh:
+                fh.write(value)
+            os.replace(os.path.join(late, name + ".part"), os.path.join(late, name))
     return str(order["spec"])

@@ -192,15 +192,20 @@ def run_warm(job: Callable[[Any], object]) -> JobResult:
     return JobResult(0, "", "")
 
 
-def _child_env(env: dict[str, str] | None, fault: str | None) -> dict[str, str]:
+def _child_env(env: dict[str, str] | None, plan: dict[str, str]) -> dict[str, str]:
+    """The environment of a job process: this one's, ``env``, and the fault ``plan``
+    (variables by name) in place of any plan this process has."""
+    from sparkeos.core.faults import LATE_DIR_ENV, SOURCE_ENV
+
     child_env = {**os.environ, **(env or {})}
     # What the test process can import (a sink factory beside the tests), the job can.
     child_env["PYTHONPATH"] = os.pathsep.join(
         [p for p in sys.path if p] + [child_env["PYTHONPATH"]]
         if child_env.get("PYTHONPATH") else [p for p in sys.path if p])
-    child_env.pop(ENV_VAR, None)
-    if fault:
-        child_env[ENV_VAR] = fault
+    for name in (ENV_VAR, SOURCE_ENV, LATE_DIR_ENV):
+        if name not in (env or {}):
+            child_env.pop(name, None)
+    child_env.update(plan)
     child_env.setdefault("PYSPARK_PYTHON", sys.executable)
     return child_env
 
@@ -214,8 +219,10 @@ def _write_spec(spec: dict[str, Any], spec_path: str) -> None:
 def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
                      fault: str | None = None, timeout: float = 300.0,
                      env: dict[str, str] | None = None, cwd: str | None = None,
-                     ahead_settings: dict[str, Any] | None = None) -> JobResult:
-    """Run ``python -m module spec.json`` with ``SPARKEOS_FAULT`` set to ``fault``.
+                     ahead_settings: dict[str, Any] | None = None,
+                     source_fault: str | None = None) -> JobResult:
+    """Run ``python -m module spec.json`` with ``SPARKEOS_FAULT`` set to ``fault`` (and
+    ``SPARKEOS_SOURCE_FAULT`` to ``source_fault``).
 
     The child gets its own process group, which is killed whole afterwards: a killed
     driver leaves its JVM and Python workers behind otherwise. With ``ahead_settings``
@@ -223,16 +230,20 @@ def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
     started ahead for them if there is one, and starts the next run's at once
     (``sparkeos.testing.ahead``).
     """
+    from sparkeos.core.faults import ENV_VAR, SOURCE_ENV
+
     _write_spec(spec, spec_path)
+    plan = {name: value for name, value in ((ENV_VAR, fault), (SOURCE_ENV, source_fault))
+            if value}
     proc = None
     if ahead_settings is not None:
-        base_env = _child_env(env, None)
-        proc = ahead.take(module, ahead_settings, cwd, base_env, spec_path, fault)
+        base_env = _child_env(env, {})
+        proc = ahead.take(module, ahead_settings, cwd, base_env, spec_path, plan)
         ahead.start(module, ahead_settings, cwd, base_env)  # warms up beside this run
     if proc is None:
         proc = subprocess.Popen(
             [sys.executable, "-m", module, spec_path], cwd=cwd, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=_child_env(env, fault),
+            stderr=subprocess.PIPE, text=True, env=_child_env(env, plan),
             start_new_session=True)
     return _collect(proc, timeout)
 

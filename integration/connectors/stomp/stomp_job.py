@@ -63,14 +63,12 @@ def run_stomp_job(spec: StompJobSpec, fault: str | None = None,
     process (see ``sparkeos.testing.job.run_job``)."""
     if fault is None and source_fault is None and not env:
         return run_warm(lambda spark: run_stomp_spec(spec, spark, timeout))
-    extra = dict(env or {})
-    if source_fault:
-        extra["SPARKEOS_SOURCE_FAULT"] = source_fault
-    # Source faults are read by the source's runner process, which Spark starts with the
-    # environment the job had at its start: such runs cannot be started ahead.
+    # A source fault reaches the source's runner (a process Spark starts) through the
+    # plan directory of a process started ahead (sparkeos.testing.ahead).
     return run_spec_process("integration.connectors.stomp.stomp_job", asdict(spec),
-                            spec.checkpoint + ".spec.json", fault, timeout, extra or None,
-                            cwd=ROOT, ahead_settings=None if extra else {})
+                            spec.checkpoint + ".spec.json", fault, timeout, env or None,
+                            cwd=ROOT, ahead_settings=None if env else {},
+                            source_fault=source_fault)
 
 
 def _sink(spec: StompJobSpec) -> Any:
