@@ -25,37 +25,25 @@ broker sends the message again) is recognised by its stable ID: acknowledged at 
 its batch is committed, else its new ack handle is kept. Acknowledgements are never
 sent inside a STOMP transaction (Artemis applies them at once; ABORT does not undo
 them). The ``redelivered`` header is never used (brokers set it unreliably).
+
+This module holds the settings and Spark's data source API; the runner process's
+bookkeeping is ``runtime`` (with ``connection``, ``spool``, ``seen`` and ``messages``).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import datetime
-import json
-import logging
 import os
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sparkeos.core.errors import BadMessageError, ConfigurationError
-from sparkeos.core.faults import SourceFaults
+from sparkeos.core.errors import ConfigurationError
 
-from .client import (
-    ARTEMIS,
-    CLASSIC,
-    RABBITMQ,
-    ConnectionLost,
-    Endpoint,
-    StompClient,
-    redact_url,
-)
-from .spool import Pull, Spool, list_pulls, read_pulls
-
-log = logging.getLogger("sparkeos.stomp.source")
+from .client import Endpoint, redact_url
+from .runtime import Runtime
+from .spool import Pull, list_pulls, read_pulls
 
 SPOOL_ENV = "SPARKEOS_STOMP_SPOOL_DIR"
 FORMAT_NAME = "sparkeos-stomp"
@@ -275,7 +263,7 @@ class SpoolPartition(InputPartition):  # type: ignore[misc]
 class StompStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     def __init__(self, config: StompSourceConfig) -> None:
         self.config = config
-        self._runtime: _Runtime | None = None
+        self._runtime: Runtime | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "_runtime": None}
@@ -311,9 +299,9 @@ class StompStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         if runtime is not None:
             runtime.close()
 
-    def _get_runtime(self) -> _Runtime:
+    def _get_runtime(self) -> Runtime:
         if self._runtime is None:
-            self._runtime = _Runtime(self.config)
+            self._runtime = Runtime(self.config)
         return self._runtime
 
     # -- planning and executors ----------------------------------------------------------------
@@ -370,321 +358,6 @@ class StompStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
                 columns[3] = columns[3].cast(pa.string())
             yield pa.RecordBatch.from_arrays(
                 columns, names=["message_id", "destination", "headers", "body", "timestamp"])
-
-
-class _Runtime:
-    """The reader's live state in the runner process: spool, seen IDs, connection."""
-
-    def __init__(self, config: StompSourceConfig) -> None:
-        self.config = config
-        self.spool = Spool(config.spool_path, max_ids=config.max_seen_ids,
-                           fsync=config.fsync)
-        self.client: StompClient | None = None
-        self.kind: str | None = None
-        self.acks: dict[str, str] = {}
-        """Message ID -> ack handle, for messages delivered on the live connection."""
-        self.live_pulls: set[str] = set()
-        """Pulls spooled by this process (their messages are unacked on this connection)."""
-        self.dropped_total = 0
-        self.acked_total = 0
-        self.faults = SourceFaults()
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        self.spool.close()
-
-    # -- acknowledgement -----------------------------------------------------------------------
-    def settle(self, committed: int, *, at_start: bool) -> None:
-        """Everything up to ``committed`` is processed: acknowledge what this connection
-        can, forget the IDs whose ack is confirmed, delete their spool. At ``start``
-        also drop pulls beyond it that no offset recorded."""
-        spool = self.spool
-        if committed < spool.committed:
-            raise ConfigurationError(
-                f"Spark restarted the STOMP source {self.config.source_name!r} at offset "
-                f"{committed}, but its spool {spool.directory} already acknowledged "
-                f"messages up to {spool.committed}: the checkpoint was lost or replaced",
-                fix="a new checkpoint needs a new spool: stomp_source(name=...) or "
-                "spool_dir=... (or delete the old spool; the broker redelivers whatever "
-                "it did not see acknowledged)",
-            )
-        pulls = spool.pulls()
-        if at_start:
-            stale = [p for p in pulls if p.last > committed and p.path not in self.live_pulls]
-            if stale:
-                for pull in stale:
-                    spool.delete(pull)
-                spool.seen.forget_after(committed)
-                spool.save_seen()
-                log.info("dropped %d spooled messages no offset recorded (seq > %d); the "
-                         "broker redelivers them", sum(p.last - p.first + 1 for p in stale),
-                         committed)
-        done = spool.seen.ids_through(committed)
-        handles = [(mid, self.acks[mid]) for mid in done if mid in self.acks]
-        if handles:
-            self.faults.reached("source_before_ack")
-            confirmed = self._ack([h for _, h in handles])
-            for mid, _ in handles:
-                self.acks.pop(mid, None)
-            if confirmed:
-                self.faults.reached("source_after_ack")
-                self._forget([mid for mid, _ in handles], committed)
-                self.acked_total += len(handles)
-        for pull in pulls:
-            if pull.last <= committed:
-                spool.delete(pull)
-                self.live_pulls.discard(pull.path)
-        spool.save_committed(committed)
-
-    def _forget(self, acknowledged: list[str], committed: int) -> None:
-        """IDs whose ack is confirmed. The broker's own message IDs name one message,
-        which cannot come again once acknowledged: forget them. IDs from a producer's
-        header may name several copies (a producer that re-sent): keep them as long as
-        the bound allows, oldest committed batches dropped first."""
-        seen = self.spool.seen
-        if self.config.message_id_header is None and self.config.message_id_fn is None:
-            seen.discard(acknowledged)
-        else:
-            room = seen.max_ids - 2 * self.config.max_batch_messages
-            while len(seen) > room:
-                oldest = seen.oldest_batch()
-                if oldest is None or oldest > committed:
-                    break
-                seen.acknowledged(oldest)
-        self.spool.save_seen()
-
-    def _ack(self, handles: Sequence[str]) -> bool:
-        """ACK each handle; the RECEIPT of the last confirms them all (a connection
-        processes frames in order). False if the connection dropped first (a broker
-        restart): its handles are void, the broker sends the messages again, and
-        their IDs, still recorded, tell them apart (acknowledged then)."""
-        client = self.client
-        if client is None or not client.connected:
-            self._drop_connection()
-            return False
-        receipt = client.new_receipt()
-        try:
-            for i, handle in enumerate(handles):
-                client.ack(handle, receipt=receipt if i == len(handles) - 1 else None)
-            client.wait_receipt(receipt, f"the acknowledgement of {len(handles)} messages")
-        except ConnectionLost as exc:
-            log.warning("stomp source %s: %s; the unconfirmed messages come again and are "
-                        "recognised by their IDs", self.config.source_name, exc)
-            self._drop_connection()
-            return False
-        return True
-
-    def _drop_connection(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        self.acks.clear()
-        self.live_pulls.clear()
-
-    # -- pulling ----------------------------------------------------------------------------------
-    def _connected(self) -> StompClient:
-        if self.client is not None and self.client.connected:
-            return self.client
-        # A new connection: the old one's ack handles are void and its unacked messages
-        # come again (recognised by ID).
-        self._drop_connection()
-        config = self.config
-        client = StompClient(config.endpoint, timeout_s=config.timeout_s,
-                             heartbeats=config.heartbeats, ssl_options=config.ssl_options,
-                             connect_headers=config.connect_headers).connect()
-        self.kind = client.kind
-        headers: dict[str, str] = {}
-        if config.subscription_type and self.kind == ARTEMIS:
-            headers["subscription-type"] = config.subscription_type
-            headers["consumer-window-size"] = "-1"
-        elif self.kind == CLASSIC:
-            headers["activemq.prefetchSize"] = str(2 * config.max_batch_messages)
-        elif self.kind == RABBITMQ:
-            headers["prefetch-count"] = str(2 * config.max_batch_messages)
-        try:
-            client.subscribe(config.destination, "sparkeos-source", "client-individual",
-                             headers)
-        except BaseException:
-            client.close()
-            raise
-        self.client = client
-        return client
-
-    def pull(self, committed: int, most: int) -> int:
-        """Receive up to ``most`` new messages, spool them after ``committed`` (or after
-        the pulls this connection spooled and no batch took yet); the new offset."""
-        client = self._connected()
-        live = [p for p in self.spool.pulls() if p.path in self.live_pulls
-                and p.last > committed]
-        if live:
-            return max(p.last for p in live)
-        seq = committed
-        rows: list[dict[str, Any]] = []
-        redelivered: list[tuple[str, str]] = []
-        copies: list[str] = []
-        pulled: set[str] = set()
-        wait = self.config.poll_timeout_s
-        deadline = time.monotonic() + self.config.timeout_s
-        lost = False
-        while len(rows) < most and time.monotonic() < deadline:
-            try:
-                frame = client.receive(wait)
-            except ConnectionLost:
-                lost = True  # what arrived is spooled; the broker sends it again
-                break
-            if frame is None:
-                break
-            wait = self.config.idle_timeout_s
-            headers = {str(k): str(v) for k, v in frame.headers.items()}
-            handle = headers.get("ack") or headers.get("message-id", "")
-            message_id = self._message_id(headers)
-            if message_id is not None and (message_id in self.spool.seen
-                                           or message_id in pulled):
-                batch = self.spool.seen.batch_of(message_id)
-                if batch is not None and batch <= committed:
-                    redelivered.append((message_id, handle))  # processed: ack it now
-                elif message_id in self.acks:
-                    # Another copy (a producer re-sent it) of a message this connection
-                    # holds unacked in the spool: that one stands for both.
-                    copies.append(handle)
-                else:
-                    self.acks[message_id] = handle  # spooled before, redelivered now
-                self.dropped_total += 1
-                continue
-            if not rows:
-                self._forget_orphans(committed, {mid for mid, _ in redelivered})
-            body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode()
-            problem = self._check_body(body)
-            if problem is not None:
-                self._bad_message(client, message_id, headers, body, handle, problem)
-                continue
-            seq += 1
-            rows.append({"seq": seq, "message_id": message_id,
-                         "destination": headers.get("destination", self.config.destination),
-                         "headers": headers, "body": body,
-                         "timestamp": _timestamp(headers)})
-            if message_id is not None:
-                self.acks[message_id] = handle
-                pulled.add(message_id)
-        if rows:
-            pull = self.spool.write_pull(rows)
-            self.spool.seen.add(pull.last, [r["message_id"] for r in rows
-                                            if r["message_id"] is not None])
-            self.spool.save_seen()
-            self.live_pulls.add(pull.path)
-        if lost:
-            self._drop_connection()
-        if (redelivered or copies) and self._ack([h for _, h in redelivered] + copies):
-            self._forget([mid for mid, _ in redelivered], committed)
-            self.acked_total += len(redelivered) + len(copies)
-        if rows:
-            self.faults.reached("source_after_spool")
-            self.faults.reached("source_pause_after_spool")
-        log.info("stomp source %s: spooled %d (seq %d..%d), redeliveries dropped %d, "
-                 "seen IDs %d, acknowledged so far %d", self.config.source_name, len(rows),
-                 committed + 1, seq, len(redelivered), len(self.spool.seen), self.acked_total)
-        return seq
-
-    def _forget_orphans(self, committed: int, redelivered_now: set[str]) -> None:
-        """A new message arrived: every processed message the broker still held
-        unacknowledged was redelivered before it (brokers redeliver unacknowledged
-        messages ahead of new ones, at the head of the queue). So a processed ID with no
-        ack handle on this connection, not redelivered by now, was acknowledged: its ACK
-        reached the broker on an earlier connection but the RECEIPT did not come back
-        (the connection dropped, or this process restarted). Forget it; kept, such IDs
-        would fill the store until the source halts. Broker message IDs only: a
-        producer's header ID may come again as a copy, and stays for the bound."""
-        if self.config.message_id_header is not None or self.config.message_id_fn is not None:
-            return
-        orphans = [mid for mid in self.spool.seen.ids_through(committed)
-                   if mid not in self.acks and mid not in redelivered_now]
-        if orphans:
-            self.spool.seen.discard(orphans)
-            self.spool.save_seen()
-            log.info("stomp source %s: forgot %d IDs whose acknowledgement was sent but "
-                     "not confirmed (not redelivered before new messages)",
-                     self.config.source_name, len(orphans))
-
-    def _message_id(self, headers: Mapping[str, str]) -> str | None:
-        config = self.config
-        if config.message_id_fn is not None:
-            value = config.message_id_fn(headers)
-        elif config.message_id_header:
-            value = headers.get(config.message_id_header)
-        elif self.kind == ARTEMIS:
-            raw = headers.get("message-id", "")
-            value = raw.split(",", 1)[1] if "," in raw else raw
-        elif self.kind == CLASSIC:
-            value = headers.get("message-id")
-        else:
-            value = None
-        if value:
-            return str(value)
-        if not config.require_ids:
-            return None
-        where = (f"header {config.message_id_header!r}" if config.message_id_header
-                 else "message_id_fn" if config.message_id_fn
-                 else f"the broker's message-id ({self.kind} changes it on redelivery)")
-        raise BadMessageError(
-            f"a message on {config.destination!r} has no stable ID in {where} "
-            f"(message-id {headers.get('message-id')!r}); without one a redelivery cannot "
-            "be told from a new message",
-            fix="set stomp_source(message_id_header='<a header your producers set>') (a "
-            "sparkeos StompSink sets 'sparkeos-dedup-id') or message_id_fn=...; or "
-            "require_ids=False for at-least-once; the message was not acknowledged",
-        )
-
-    def _check_body(self, body: bytes) -> str | None:
-        if self.config.body_format == "binary":
-            return None
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return f"the body is not UTF-8 ({exc.reason} at byte {exc.start})"
-        if self.config.body_format == "json":
-            try:
-                json.loads(text)
-            except ValueError as exc:
-                return f"the body is not JSON ({exc})"
-        return None
-
-    def _bad_message(self, client: StompClient, message_id: str | None,
-                     headers: Mapping[str, str], body: bytes, handle: str,
-                     problem: str) -> None:
-        config = self.config
-        if config.on_bad_message == "fail":
-            raise BadMessageError(
-                f"message {message_id!r} on {config.destination!r} cannot be read as "
-                f"body_format={config.body_format!r}: {problem}",
-                fix="stomp_source(on_bad_message='dead-letter', dead_letter_destination="
-                "'<queue>') to move such messages aside, or body_format='binary'; the "
-                "message was not acknowledged, the broker keeps it",
-            )
-        assert config.dead_letter_destination is not None
-        forwarded = {k: v for k, v in headers.items()
-                     if k not in ("ack", "subscription", "message-id", "destination",
-                                  "content-length", "redelivered", "receipt")}
-        forwarded.update({"persistent": "true", "sparkeos-error": problem[:200],
-                          "sparkeos-original-destination": config.destination})
-        if message_id is not None:
-            forwarded["sparkeos-message-id"] = message_id
-            forwarded["_AMQ_DUPL_ID"] = f"seos-dlq-{message_id}"
-        receipt = client.new_receipt()
-        client.send(config.dead_letter_destination, body, forwarded, receipt=receipt)
-        client.wait_receipt(receipt, "the dead-letter send")
-        self._ack([handle])
-        log.warning("stomp source %s: message %r moved to %s: %s", config.source_name,
-                    message_id, config.dead_letter_destination, problem)
-
-
-def _timestamp(headers: Mapping[str, str]) -> datetime.datetime:
-    raw = headers.get("timestamp")
-    if raw is not None:
-        with contextlib.suppress(ValueError, OverflowError, OSError):
-            return datetime.datetime.fromtimestamp(int(raw) / 1000, tz=datetime.timezone.utc)
-    return datetime.datetime.now(tz=datetime.timezone.utc)
 
 
 __all__ = ["StompDataSource", "StompSourceConfig", "default_spool_root", "redact_url",

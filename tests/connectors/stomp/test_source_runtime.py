@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from sparkeos.connectors.stomp import source as source_module
+from sparkeos.connectors.stomp import connection as connection_module
 from sparkeos.connectors.stomp.client import ConnectionLost
-from sparkeos.connectors.stomp.source import StompSourceConfig, _Runtime
+from sparkeos.connectors.stomp.runtime import Runtime as _Runtime
+from sparkeos.connectors.stomp.source import StompSourceConfig
 from sparkeos.connectors.stomp.spool import read_pulls
 from sparkeos.core.errors import BadMessageError, ConfigurationError
 
@@ -93,7 +94,7 @@ class FakeClient:
 @pytest.fixture
 def broker(monkeypatch: pytest.MonkeyPatch) -> FakeBroker:
     fake = FakeBroker()
-    monkeypatch.setattr(source_module, "StompClient", fake.client)
+    monkeypatch.setattr(connection_module, "StompClient", fake.client)
     return fake
 
 
@@ -218,7 +219,7 @@ def test_dead_letter_moves_the_poison_message_aside(broker: FakeBroker,
 def test_copies_under_a_producer_header_are_dropped(monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path: Any) -> None:
     fake = FakeBroker()
-    monkeypatch.setattr(source_module, "StompClient", fake.client)
+    monkeypatch.setattr(connection_module, "StompClient", fake.client)
     for i, dedup in enumerate(("a", "b", "a")):  # "a" published twice by its producer
         fake.queue[f"ID:{i}"] = dedup.encode()
     original = FakeClient.receive
