@@ -20,12 +20,14 @@ anything else                              ``RetriableError`` (phase 2) or
 =========================================  ===============================================
 
 Messages name the sink, the batch, the transactional ID and what to do; they never
-contain configuration values (secrets stay out of logs and the commit log).
+contain configuration values (secrets stay out of logs and the commit log). ``failed``
+is ``translate`` for a sink's participant; ``is_retriable`` / ``requires_abort`` /
+``is_fenced`` / ``underlying`` classify errors for the retry policy.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkeos.core.errors import (
     AttemptFencedError,
@@ -35,6 +37,9 @@ from sparkeos.core.errors import (
     TransactionAbortedError,
 )
 from sparkeos.core.protocol import Transaction
+
+if TYPE_CHECKING:
+    from .config import KafkaConfig
 
 PHASE1 = "phase 1"
 PHASE2 = "phase 2"
@@ -144,9 +149,21 @@ def translate(
     detail = str(err.str()) if err is not None and hasattr(err, "str") else str(exc)
     detail = detail.strip() or name
     problem = f"Kafka {action} failed on {bootstrap}: {name}: {detail}"
+    return _classify(exc, name, problem, phase, bootstrap, where)
+
+
+def failed(config: KafkaConfig, exc: BaseException, txn: Transaction, phase: str,
+           action: str) -> SparkEOSError:
+    """``translate`` for a participant of the sink configured by ``config``."""
+    return translate(exc, sink=txn.sink, txn=txn, phase=phase, bootstrap=config.bootstrap,
+                     action=action, transactional_id=config.transactional_id(txn))
+
+
+def _classify(exc: BaseException, name: str, problem: str, phase: str, bootstrap: str,
+              where: dict[str, Any]) -> SparkEOSError:
+    """The table of the module docstring, row by row."""
     decided_note = ("the batch is decided, so it will be committed, not lost"
                     if phase == PHASE2 else "nothing of this batch became visible")
-
     if name == "INVALID_TRANSACTION_TIMEOUT":
         return ConfigurationError(
             problem, **where,
@@ -154,22 +171,7 @@ def translate(
             "transaction.max.timeout.ms (default 900000), or raise that broker setting",
         )
     if name in _FENCED:
-        text = (f"{problem}; this attempt was fenced by a newer attempt: another producer "
-                "initialised the same transactional.id (a newer attempt of this task, a "
-                "restarted query, or a second query using the same sink name and "
-                "checkpoint)")
-        if phase == PHASE1:
-            return AttemptFencedError(
-                text, **where,
-                fix="usually nothing: the newer attempt owns the transaction and Spark "
-                "keeps its result; if two queries share a transactional ID, give each its "
-                "own sink name or transactional_id_prefix",
-            )
-        return RetriableError(
-            f"{text}; {decided_note}", **where,
-            fix="restart the query (or wait for the other attempt to finish); if two "
-            "queries share a transactional ID, give each its own sink name",
-        )
+        return _fenced(problem, phase, decided_note, where)
     if name in _AUTH:
         return ConfigurationError(
             problem, **where,
@@ -180,14 +182,7 @@ def translate(
             f"IDEMPOTENT_WRITE on the cluster; {decided_note}",
         )
     if name in _CONFIG:
-        fix = "check the KafkaSink settings and producer_config"
-        if "TOPIC" in name:
-            fix = ("create the topic (or enable auto.create.topics.enable on the broker), or "
-                   "fix KafkaSink(topic=...) / the topic column")
-        elif "SIZE" in name or "LARGE" in name:
-            fix = ("raise message.max.bytes in producer_config and max.message.bytes on the "
-                   "topic, or write smaller records")
-        return ConfigurationError(problem, **where, fix=f"{fix}; {decided_note}")
+        return ConfigurationError(problem, **where, fix=f"{_config_fix(name)}; {decided_note}")
     if is_retriable(exc) or requires_abort(exc) or name in _RETRIABLE or isinstance(
             exc, (BufferError, TimeoutError, ConnectionError)):
         return RetriableError(
@@ -204,3 +199,39 @@ def translate(
         f"{problem}; {decided_note}", **where,
         fix="fix the cause above and restart the query (or run `sparkeos recover`)",
     )
+
+
+def _fenced(problem: str, phase: str, decided_note: str,
+            where: dict[str, Any]) -> SparkEOSError:
+    text = (f"{problem}; this attempt was fenced by a newer attempt: another producer "
+            "initialised the same transactional.id (a newer attempt of this task, a "
+            "restarted query, or a second query using the same sink name and "
+            "checkpoint)")
+    if phase == PHASE1:
+        return AttemptFencedError(
+            text, **where,
+            fix="usually nothing: the newer attempt owns the transaction and Spark "
+            "keeps its result; if two queries share a transactional ID, give each its "
+            "own sink name or transactional_id_prefix",
+        )
+    return RetriableError(
+        f"{text}; {decided_note}", **where,
+        fix="restart the query (or wait for the other attempt to finish); if two "
+        "queries share a transactional ID, give each its own sink name",
+    )
+
+
+def _config_fix(name: str) -> str:
+    if "TOPIC" in name:
+        return ("create the topic (or enable auto.create.topics.enable on the broker), or "
+                "fix KafkaSink(topic=...) / the topic column")
+    if "SIZE" in name or "LARGE" in name:
+        return ("raise message.max.bytes in producer_config and max.message.bytes on the "
+                "topic, or write smaller records")
+    return "check the KafkaSink settings and producer_config"
+
+
+def short(exc: BaseException) -> str:
+    """``exc`` in one line, for messages about a check that could not run."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]

@@ -97,19 +97,7 @@ def kafka_source(
     The columns are Spark's: key, value (binary), topic, partition, offset, timestamp,
     timestampType (and headers with ``includeHeaders=true``).
     """
-    if not bootstrap_servers:
-        raise ConfigurationError("kafka_source needs bootstrap_servers")
-    if isolation_level not in ("read_committed", "read_uncommitted"):
-        raise ConfigurationError(
-            f"unknown isolation_level {isolation_level!r}",
-            fix="use 'read_committed' (exactly-once pipelines) or 'read_uncommitted'",
-        )
-    if (topics is None) == (pattern is None):
-        raise ConfigurationError(
-            "kafka_source needs exactly one of topics= and pattern=",
-            fix="kafka_source(spark, servers, 'in') or kafka_source(spark, servers, "
-            "pattern='in-.*')",
-        )
+    _check_arguments(bootstrap_servers, topics, pattern, isolation_level)
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", bootstrap_servers)
               .option("kafka.isolation.level", isolation_level)
@@ -124,6 +112,28 @@ def kafka_source(
         reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", str(value))
     for key, value in options.items():
         reader = reader.option(key, str(value).lower() if isinstance(value, bool) else value)
+    return _load(reader)
+
+
+def _check_arguments(bootstrap_servers: str, topics: str | Iterable[str] | None,
+                     pattern: str | None, isolation_level: str) -> None:
+    if not bootstrap_servers:
+        raise ConfigurationError("kafka_source needs bootstrap_servers")
+    if isolation_level not in ("read_committed", "read_uncommitted"):
+        raise ConfigurationError(
+            f"unknown isolation_level {isolation_level!r}",
+            fix="use 'read_committed' (exactly-once pipelines) or 'read_uncommitted'",
+        )
+    if (topics is None) == (pattern is None):
+        raise ConfigurationError(
+            "kafka_source needs exactly one of topics= and pattern=",
+            fix="kafka_source(spark, servers, 'in') or kafka_source(spark, servers, "
+            "pattern='in-.*')",
+        )
+
+
+def _load(reader: Any) -> Any:
+    """``reader.load()``; a missing connector jar becomes a ``ConfigurationError``."""
     try:
         return reader.load()
     except Exception as exc:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from sparkeos.connectors.kafka import KafkaSink, read_topic
+from sparkeos.connectors.kafka import KafkaSink, markers, read_topic
 from sparkeos.connectors.kafka.sink import _Handle
 from sparkeos.core.commitlog import CommitLog, LocalStore
 from sparkeos.core.config import CoordinatorConfig, Guarantee
@@ -215,7 +215,7 @@ def test_broken_marker_check_would_duplicate(
     os.makedirs(os.path.dirname(staged), exist_ok=True)
     with open(staged, "wb") as fh:  # the staged file as before the first commit
         fh.write(backup)
-    monkeypatch.setattr(KafkaSink, "_committed_batch", lambda self, txn, *args: -1)
+    monkeypatch.setattr(markers, "committed_batch", lambda config, txn, *args: -1)
     sink.commit(txn, receipt)
     assert ids(kafka_bootstrap, topic) == [1, 1, 2, 2]
 

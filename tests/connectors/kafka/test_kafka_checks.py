@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from sparkeos.connectors.kafka import KafkaSink
-from sparkeos.connectors.kafka import sink as kafka_sink
+from sparkeos.connectors.kafka import KafkaSink, markers, preflight
 from sparkeos.core.errors import ConfigurationError, RetriableError
 
 
@@ -40,7 +39,7 @@ def test_the_lost_checkpoint_guard_fails_closed(monkeypatch: pytest.MonkeyPatch)
         assert kwargs.get("open_transactions") == "fail"
         raise TimeoutError("reading sparkeos-markers: partitions [0] not drained")
 
-    monkeypatch.setattr(kafka_sink, "read_topic", unreadable)
+    monkeypatch.setattr(markers, "read_topic", unreadable)
     with pytest.raises(RetriableError, match="could not read the progress records") as info:
         sink().output_of_other_queries("q1", "orders")
     assert "existing_output='accept'" in str(info.value)
@@ -55,8 +54,8 @@ def test_topics_are_known_per_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
         asked.append(config["bootstrap.servers"])
         return config["bootstrap.servers"] == "cluster-a:9092"
 
-    monkeypatch.setattr(kafka_sink.clients, "topic_available", available)
-    monkeypatch.setattr(kafka_sink, "_known_topics", set())
+    monkeypatch.setattr(preflight.clients, "topic_available", available)
+    monkeypatch.setattr(preflight, "_known_topics", set())
     sink(bootstrap_servers="cluster-a:9092").require_topics(["events"])
     with pytest.raises(ConfigurationError, match="does not exist on cluster-b"):
         sink(bootstrap_servers="cluster-b:9092").require_topics(["events"])

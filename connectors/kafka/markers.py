@@ -1,0 +1,149 @@
+"""How KafkaSink knows what it committed: markers and progress records.
+
+The MARKER of a participant is a consumer-group offset committed inside its Kafka
+transaction (``send_offsets_to_transaction``, KIP-98/447): group
+``<marker_group_prefix><query>.<sink>.<destination hash>.p<partition>``, topic
+``marker_topic`` partition 0, offset ``N + 1``. It is visible only if the transaction
+commits, so "batch N of participant p is committed" is ``committed offset >= N + 1``.
+The same transaction writes a PROGRESS record to ``marker_topic`` (key: the group,
+value ``{"batch": N}``); the topic is compacted, so the last record of every participant
+outlives the offset, which the broker expires after ``offsets.retention.minutes``.
+
+The progress records also answer the lost-checkpoint guard
+(``output_of_other_queries``): records of this sink name and destination under another
+query key mean the output was written by a query whose checkpoint is gone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from sparkeos.core.errors import RetriableError
+from sparkeos.core.protocol import Transaction
+
+from . import clients
+from .config import KafkaConfig
+from .errors import failed, short
+from .producers import retrying
+from .reader import read_topic
+
+
+def identity(config: KafkaConfig) -> dict[str, Any]:
+    """Where the output and its markers go. Not the bootstrap list: adding a broker to
+    it is routine and must not look like another destination to the commit log."""
+    return {"topic": config.topic, "topic_column": config.topic_column,
+            "marker_topic": config.marker_topic,
+            "marker_group_prefix": config.marker_group_prefix,
+            "transactional_id_prefix": config.transactional_id_prefix}
+
+
+def marker_group(config: KafkaConfig, txn: Transaction) -> str:
+    return f"{marker_stem(config, txn.query_key, txn.sink)}.p{txn.partition}"
+
+
+def marker_stem(config: KafkaConfig, query_key: str, sink: str) -> str:
+    digest = hashlib.sha256(
+        json.dumps(identity(config), sort_keys=True).encode()).hexdigest()[:10]
+    return f"{config.marker_group_prefix}{query_key}.{sink}.{digest}"
+
+
+def committed_batch(config: KafkaConfig, txn: Transaction, phase: str,
+                    recovering: bool = False) -> int:
+    """The last batch committed for ``txn``'s participant (-1 if none).
+
+    The marker offset answers in one call. It is absent before the participant's
+    first commit, and after the broker expired it (``offsets.retention.minutes``
+    after the last commit, when a query stayed down that long). Within a run a
+    commit follows its decision at once, so absent means "not committed"; a
+    recovery asks the progress records, which never expire, instead."""
+    from confluent_kafka import TopicPartition
+
+    group = marker_group(config, txn)
+    client_config = config.client_config()
+    try:
+        consumer = clients.marker_consumer(client_config, group)
+        parts = consumer.committed([TopicPartition(config.marker_topic, 0)],
+                                   timeout=config.timeout_s)
+    except BaseException as exc:
+        clients.drop_consumer(client_config, group)
+        raise failed(config, exc, txn, phase, f"marker read (group {group})") from None
+    part = parts[0]
+    if part.error is not None:
+        raise failed(config, RuntimeError(str(part.error)), txn, phase, "marker read")
+    offset = int(part.offset)
+    if offset >= 0:
+        return offset - 1
+    return progress_batch(config, txn, phase) if recovering else -1
+
+
+def progress_batch(config: KafkaConfig, txn: Transaction, phase: str) -> int:
+    """The batch of the participant's last committed progress record (-1 if none):
+    a read of the compacted marker topic with ``read_committed``."""
+    key = marker_group(config, txn).encode()
+    try:
+        records = _progress_records(config)
+    except BaseException as exc:
+        raise failed(config, exc, txn, phase, "progress read") from None
+    batches = [int(json.loads(r.value())["batch"]) for r in records if r.key() == key]
+    return max(batches, default=-1)
+
+
+def commit_with_marker(config: KafkaConfig, producer: Any, txn: Transaction) -> None:
+    """Add the progress record and the marker to the producer's open transaction, and
+    commit it: the records, the marker and the progress record become visible at once."""
+    from confluent_kafka import TopicPartition
+
+    group = marker_group(config, txn)
+    consumer = clients.marker_consumer(config.client_config(), group)
+    # The progress record: the marker that never expires (a compacted topic keeps
+    # the last record per participant), in the same transaction as the records.
+    producer.produce(config.marker_topic, json.dumps({"batch": txn.batch_id}).encode(),
+                     group.encode(), partition=0)
+    marker = [TopicPartition(config.marker_topic, 0, txn.batch_id + 1)]
+    retrying(config.timeout_s, lambda: producer.send_offsets_to_transaction(
+        marker, consumer.consumer_group_metadata(), config.timeout_s))
+    retrying(config.timeout_s, lambda: producer.commit_transaction(config.timeout_s))
+
+
+def output_of_other_queries(config: KafkaConfig, query_key: str, sink: str) -> str | None:
+    """Progress records of this sink name and destination from other query keys."""
+    mine = marker_stem(config, query_key, sink)
+    pattern = re.compile(re.escape(config.marker_group_prefix) + r"([^.]+)\."
+                         + re.escape(f"{sink}.{mine.rsplit('.', 1)[1]}") + r"\.p\d+$")
+    try:
+        records = _progress_records(config)
+    except Exception as exc:
+        # Fail closed: "no other output" must be known, never assumed; the check
+        # runs again on the next batch.
+        raise RetriableError(
+            f"could not read the progress records in {config.marker_topic} on "
+            f"{config.bootstrap}, which tell whether another query (a lost checkpoint) "
+            f"already wrote sink {sink!r}: {short(exc)}",
+            sink=sink,
+            fix="make the marker topic readable (the broker up, the consumer allowed "
+            "to read it, no transaction left open on it for longer than "
+            "transaction.timeout.ms) and restart the query; or pass "
+            "exactly_once(..., existing_output='accept') if you know there is none; "
+            "nothing was written",
+        ) from None
+    others: dict[str, int] = {}
+    for record in records:
+        match = pattern.match((record.key() or b"").decode(errors="replace"))
+        if match and match.group(1) != query_key:
+            batch = int(json.loads(record.value())["batch"])
+            others[match.group(1)] = max(others.get(match.group(1), -1), batch)
+    if not others:
+        return None
+    return f"progress records in {config.marker_topic} of query keys " + ", ".join(
+        f"{key} (batches up to {last})" for key, last in sorted(others.items()))
+
+
+def _progress_records(config: KafkaConfig) -> list[Any]:
+    # "fail": a check that must see every committed record cannot decide while a
+    # transaction is left open on the marker topic.
+    return read_topic(config.bootstrap_servers, config.marker_topic,
+                      timeout_s=config.timeout_s, config=config.producer_config,
+                      open_transactions="fail")
