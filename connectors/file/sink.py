@@ -19,6 +19,9 @@ On HDFS a task writes its part file on its own local disk, then uploads it whole
 its staging directory at prepare (``CREATE`` that fails on an existing file), and the
 commit is HDFS's ``rename``, which is atomic and never replaces an existing file: the
 same guarantees as ``link``.
+
+Phase 2's move into place is in ``publish.py``; this module holds the sink's protocol,
+the staging of part files and the readers of committed output.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core.errors import ConfigurationError, DataLossError
+from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.files import Files, split_uri
 from sparkeos.core.fsutil import (
     DriverMark,
@@ -46,8 +49,9 @@ from sparkeos.core.fsutil import (
     require_writable_dir,
 )
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
-from sparkeos.core.steps import commit_step
 from sparkeos.core.txpool import AttemptRange, TransactionPool
+
+from .publish import publish
 
 STAGING_DIR = ".sparkeos-staging"
 FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
@@ -193,48 +197,8 @@ class FileSink(TransactionalSink[_Staged]):
 
     # -- phase 2 / recovery -------------------------------------------------------------------
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
-        name = receipt.get("file")
-        files = self.files
-        if name:
-            staged = posixpath.join(self._txn_dir(txn.txn_id), name)
-            final = posixpath.join(self._root_path, name)
-            if not files.exists(final):
-                commit_step("checked", txn)
-                try:
-                    # Never over an existing file: a zombie can never overwrite a
-                    # committed one.
-                    files.publish(staged, final)
-                except FileExistsError:
-                    pass
-                except FileNotFoundError:
-                    # A twin commit of the same decided transaction (the driver and
-                    # `recover --force`, a retried call) may have published it and
-                    # deleted the staging directory since the check above.
-                    if files.exists(final):
-                        files.delete(self._txn_dir(txn.txn_id))
-                        return
-                    staged_on = receipt.get("host")
-                    if staged_on and staged_on != socket.gethostname():
-                        raise ConfigurationError(
-                            f"staged file {files.uri(staged)} was written on host {staged_on}, but "
-                            f"the commit runs on {socket.gethostname()}, where it does not "
-                            "exist: the output directory is not shared",
-                            sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
-                            fix="make the directory reachable at the same path from the "
-                            "driver and every executor, then restart the query: the batch "
-                            "is decided and is committed then",
-                        ) from None
-                    raise DataLossError(
-                        f"staged file {files.uri(staged)} of a decided transaction is gone "
-                        f"and {files.uri(final)} does not exist",
-                        sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
-                        fix="something deleted the hidden staging directory; restore it from "
-                        "a backup, or re-process this batch from the source",
-                    ) from None
-                if self.fsync:
-                    files.make_durable(self._root_path)
-                commit_step("published", txn)
-        files.delete(self._txn_dir(txn.txn_id))
+        publish(self.files, txn, receipt, self._txn_dir(txn.txn_id), self._root_path,
+                self.fsync)
 
     def rollback(self, txn: Transaction) -> None:
         self.files.delete(self._txn_dir(txn.txn_id))

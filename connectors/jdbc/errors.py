@@ -8,6 +8,8 @@ password), which sink / batch / transaction, and what to do.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sparkeos.core.errors import (
@@ -159,6 +161,32 @@ def prepared_limit_error(
     return ConfigurationError(problem, sink=sink, batch_id=batch_id, txn_id=txn_id, fix=fix)
 
 
+_AFTER = {
+    "write": "nothing of this batch is committed; restarting the query re-runs it",
+    "commit": "the batch is decided, so it is committed (not lost) when the query "
+              "restarts or `sparkeos recover <checkpointLocation>` runs",
+    "setup": "nothing was written",
+    "rollback": "the batch was not decided, so none of it becomes visible; the "
+                "rollback is repeated when the query restarts",
+    "probe": "nothing was changed",
+}
+"""What follows a failure in each phase, said in every message's fix."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A psycopg2 error and the context it is reported in."""
+
+    exc: BaseException
+    code: str | None
+    doing: str
+    message: str
+    target: str
+    where: str
+    after: str
+    labels: dict[str, Any]
+
+
 def translate_error(
     exc: BaseException,
     *,
@@ -185,85 +213,117 @@ def translate_error(
         return exc
     if not isinstance(exc, psycopg2.Error):
         return exc
-    code = pg_code(exc)
-    message = _first_line(exc) + _detail(exc)
-    where = f" on PostgreSQL at {target}" if target else ""
-    labels: dict[str, Any] = {"sink": sink, "batch_id": batch_id, "txn_id": txn_id}
-    after = {
-        "write": "nothing of this batch is committed; restarting the query re-runs it",
-        "commit": "the batch is decided, so it is committed (not lost) when the query "
-                  "restarts or `sparkeos recover <checkpointLocation>` runs",
-        "setup": "nothing was written",
-        "rollback": "the batch was not decided, so none of it becomes visible; the "
-                    "rollback is repeated when the query restarts",
-        "probe": "nothing was changed",
-    }[phase]
+    failure = _Failure(
+        exc=exc, code=pg_code(exc), doing=doing, message=_first_line(exc) + _detail(exc),
+        target=target, where=f" on PostgreSQL at {target}" if target else "",
+        after=_AFTER[phase],
+        labels={"sink": sink, "batch_id": batch_id, "txn_id": txn_id},
+    )
+    for rule in _RULES:  # the first rule that recognises the error wins
+        translated = rule(failure)
+        if translated is not None:
+            return translated
+    return _unknown(failure)
 
-    if code == DUPLICATE_OBJECT and "transaction identifier" in message:
+
+def _fenced(f: _Failure) -> BaseException | None:
+    if f.code == DUPLICATE_OBJECT and "transaction identifier" in f.message:
         return AttemptFencedError(
-            f"{doing} failed{where}: {message}: another attempt of this task (a zombie of "
-            "a retried stage, which numbers its attempts from 0 again) prepared under the "
-            "same transaction ID", **labels,
+            f"{f.doing} failed{f.where}: {f.message}: another attempt of this task (a "
+            "zombie of a retried stage, which numbers its attempts from 0 again) prepared "
+            "under the same transaction ID", **f.labels,
             fix="nothing to do: Spark retries this task under the next attempt number; "
             "the coordinator rolls back the other attempt's transaction if it never commits",
         )
-    if code == UNIQUE_VIOLATION and _constraint(exc).endswith(MARKER_KEY_SUFFIX):
+    if f.code == UNIQUE_VIOLATION and _constraint(f.exc).endswith(MARKER_KEY_SUFFIX):
         return AttemptFencedError(
-            f"{doing} failed{where}: another attempt of this task with the same "
-            "transaction ID committed first", **labels,
+            f"{f.doing} failed{f.where}: another attempt of this task with the same "
+            "transaction ID committed first", **f.labels,
             fix="nothing to do: Spark keeps the attempt that committed",
         )
-    refused = _refused_connection(str(exc))
-    if refused is not None:
-        # The server answered and said no: retrying will not change its answer.
-        return ConfigurationError(
-            f"{doing} failed{where}: the server refused the connection: {message}",
-            **labels, fix=f"{refused}; {after}")
-    if is_connection_error(exc) or code in _RETRIABLE_CODES:
-        return RetriableError(
-            f"{doing} failed{where}: {message}", **labels,
-            fix=f"check that the server is up and reachable from every executor; {after}",
-        )
-    if code == OUT_OF_MEMORY and "prepared transaction" in str(exc).lower():
-        return prepared_limit_error(None, target=target, **labels)
-    if code == OBJECT_NOT_IN_PREREQUISITE_STATE and "prepared transactions are disabled" in str(
-        exc
-    ):
-        return prepared_limit_error(0, target=target, **labels)
-    if code == LOCK_NOT_AVAILABLE:
-        return DataRejectedError(
-            f"{doing} waited too long for a lock{where}: {message}. Another transaction "
-            "holds a row this one needs: usually the same key written by another "
-            "partition of this batch (its transaction is prepared and waits for the "
-            "batch's decision), another attempt of the same task (one that died after "
-            "preparing: the batch is rolled back and re-run), or another writer on the "
-            "table", **labels,
-            fix="make keys unique within a batch (e.g. dropDuplicates on the key, or "
-            f"repartition by the key), or use mode='upsert'; {after}",
-        )
-    if code in _SCHEMA_CODES:
+    return None
+
+
+def _refused(f: _Failure) -> BaseException | None:
+    refused = _refused_connection(str(f.exc))
+    if refused is None:
+        return None
+    # The server answered and said no: retrying will not change its answer.
+    return ConfigurationError(
+        f"{f.doing} failed{f.where}: the server refused the connection: {f.message}",
+        **f.labels, fix=f"{refused}; {f.after}")
+
+
+def _retriable(f: _Failure) -> BaseException | None:
+    if not (is_connection_error(f.exc) or f.code in _RETRIABLE_CODES):
+        return None
+    return RetriableError(
+        f"{f.doing} failed{f.where}: {f.message}", **f.labels,
+        fix=f"check that the server is up and reachable from every executor; {f.after}",
+    )
+
+
+def _prepared_slots(f: _Failure) -> BaseException | None:
+    text = str(f.exc)
+    if f.code == OUT_OF_MEMORY and "prepared transaction" in text.lower():
+        return prepared_limit_error(None, target=f.target, **f.labels)
+    if (f.code == OBJECT_NOT_IN_PREREQUISITE_STATE
+            and "prepared transactions are disabled" in text):
+        return prepared_limit_error(0, target=f.target, **f.labels)
+    return None
+
+
+def _lock_wait(f: _Failure) -> BaseException | None:
+    if f.code != LOCK_NOT_AVAILABLE:
+        return None
+    return DataRejectedError(
+        f"{f.doing} waited too long for a lock{f.where}: {f.message}. Another transaction "
+        "holds a row this one needs: usually the same key written by another "
+        "partition of this batch (its transaction is prepared and waits for the "
+        "batch's decision), another attempt of the same task (one that died after "
+        "preparing: the batch is rolled back and re-run), or another writer on the "
+        "table", **f.labels,
+        fix="make keys unique within a batch (e.g. dropDuplicates on the key, or "
+        f"repartition by the key), or use mode='upsert'; {f.after}",
+    )
+
+
+def _by_class(f: _Failure) -> BaseException | None:
+    """Schema, configuration and data errors, told apart by their SQLSTATE."""
+    if f.code in _SCHEMA_CODES:
         return SchemaMismatchError(
-            f"{doing} failed{where}: the table does not fit the data: {message}", **labels,
-            fix=f"align the table with the DataFrame (or pass columns= / create_table=True); "
-            f"{after}",
+            f"{f.doing} failed{f.where}: the table does not fit the data: {f.message}",
+            **f.labels,
+            fix="align the table with the DataFrame (or pass columns= / create_table=True); "
+            f"{f.after}",
         )
-    if code in _CONFIG_CODES:
+    if f.code in _CONFIG_CODES:
         return ConfigurationError(
-            f"{doing} failed{where}: {message}", **labels,
+            f"{f.doing} failed{f.where}: {f.message}", **f.labels,
             fix="check the DSN's user, database and the role's privileges (the sink needs "
             "INSERT on the table, CREATE on its schema for the marker table, and "
-            f"SELECT on pg_prepared_xacts); {after}",
+            f"SELECT on pg_prepared_xacts); {f.after}",
         )
-    if code is not None and code[:2] in ("22", "23"):
+    if f.code is not None and f.code[:2] in ("22", "23"):
         return DataRejectedError(
-            f"PostgreSQL rejected a row{where} while {doing}: {message}", **labels,
+            f"PostgreSQL rejected a row{f.where} while {f.doing}: {f.message}", **f.labels,
             fix=f"fix the data or the table's constraint; the whole batch failed and "
-            f"{after}",
+            f"{f.after}",
         )
+    return None
+
+
+def _unknown(f: _Failure) -> BaseException:
     return SparkEOSError(
-        f"{doing} failed{where}: {message}" + (f" [SQLSTATE {code}]" if code else ""),
-        **labels, fix=after,
+        f"{f.doing} failed{f.where}: {f.message}" + (f" [SQLSTATE {f.code}]" if f.code else ""),
+        **f.labels, fix=f.after,
     )
+
+
+_RULES: tuple[Callable[[_Failure], BaseException | None], ...] = (
+    _fenced, _refused, _retriable, _prepared_slots, _lock_wait, _by_class,
+)
+"""In order: a fenced attempt before a refusal, a refusal before a retriable error."""
 
 
 def _constraint(exc: BaseException) -> str:

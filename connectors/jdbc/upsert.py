@@ -27,11 +27,12 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sparkeos.core.errors import AttemptFencedError, DataRejectedError
 from sparkeos.core.steps import commit_step
 from sparkeos.core.txpool import Transaction
 
 from . import markers
-from .errors import UNIQUE_VIOLATION, pg_code
+from .errors import DUPLICATE_TABLE, UNIQUE_VIOLATION, pg_code
 
 STAGE_PREFIX = "sparkeos_upsert_"
 
@@ -52,6 +53,43 @@ def create_stage(cur: Any, stage: Any, target: Any, columns: Sequence[str]) -> N
 
     cur.execute(sql.SQL("CREATE TABLE {s} AS SELECT {c} FROM {t} WITH NO DATA").format(
         s=stage, t=target, c=sql.SQL(", ").join(sql.Identifier(c) for c in columns)))
+
+
+def create_attempt_stage(cur: Any, stage: Any, target: Any, columns: Sequence[str],
+                         txn: Transaction) -> None:
+    """The attempt's stage table; one that exists already belongs to a zombie with the
+    same ID, which fences this attempt off."""
+    try:
+        create_stage(cur, stage, target, columns)
+    except Exception as exc:
+        if pg_code(exc) != DUPLICATE_TABLE:
+            raise
+        raise AttemptFencedError(
+            f"the stage table of {txn.txn_id} exists already: another attempt with "
+            "the same ID (a zombie of a retried stage) holds it; this one writes "
+            "nothing", sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+            fix="none needed: Spark retries the task under the next attempt number",
+        ) from exc
+
+
+def refuse_repeated_keys(cur: Any, stage: Any, txn: Transaction, key: Sequence[str],
+                         table: str) -> None:
+    """Without ``order_by`` nothing says which row of a repeated key is the latest
+    (arrival order is not stable across task attempts): refuse the batch."""
+    found = repeated_key(cur, stage, key)
+    if found is None:
+        return
+    values, times = found
+    shown = ", ".join(f"{k}={v!r}" for k, v in zip(key, values, strict=True))
+    raise DataRejectedError(
+        f"key ({shown}) appears {times} times in batch {txn.batch_id}: mode='upsert' "
+        f"writes one row per key of {table}, and nothing says which of them is the "
+        "latest; every transaction of the batch is rolled back",
+        sink=txn.sink, batch_id=txn.batch_id, txn_id=txn.txn_id,
+        fix="pass order_by=['<column>'] (the row with the greatest value is written, "
+        "e.g. an event time or version), or deduplicate the batch by key before the "
+        "sink (e.g. an aggregation), then restart the query",
+    )
 
 
 def repeated_key(cur: Any, stage: Any, key: Sequence[str]) -> tuple[tuple[Any, ...], int] | None:
