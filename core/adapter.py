@@ -1,37 +1,30 @@
-"""The one-line foreachBatch adapter: ``.foreachBatch(exactly_once(sink, name=...))``."""
+"""The one-line foreachBatch adapter: ``.foreachBatch(exactly_once(sink, name=...))``.
+
+Per batch it only finds which query run it is in: everything settled once per run
+(checkpoint, commit log, lease, shared paths, the coordinator) is a ``QueryRun``. The
+batch's DataFrame becomes one ``SparkBatchRunner`` per member and goes to the
+coordinator.
+"""
 
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .commitlog import IDENTITY_PINNED, CommitLog, open_store, sink_log_location
+from .commitlog import CommitLog
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
-from .errors import ConfigurationError, TransactionIdCollisionError
-from .faults import FaultPlan
-from .fsutil import require_shared_on_executors
-from .group import SinkGroup, for_checkpoint, members_of
-from .lease import LeaseKeeper
+from .errors import ConfigurationError
+from .group import SinkGroup
 from .observe import BatchMetrics
 from .protocol import TransactionalSink
-from .spark import (
-    SparkBatchRunner,
-    checkpoint_query_id,
-    default_writers,
-    is_connect,
-    query_activity,
-    query_checkpoint,
-    require_durable_checkpoint,
-    run_in_tasks,
-    running_query,
-    runs_on_one_host,
-)
-from .txpool import query_key_for
+from .queryrun import _NAME_CLAIMS as _NAME_CLAIMS  # re-exported: tests reset it
+from .queryrun import QueryRun, claim_log
+from .queryrun import claim_sink_name as claim_sink_name
+from .spark import SparkBatchRunner, running_query
 
 MetricsCallback = Callable[[BatchMetrics], None]
 Frame = Callable[[Any], Any]
@@ -39,28 +32,6 @@ Frame = Callable[[Any], Any]
 SinkSpec = TransactionalSink[Any] | SinkGroup | Mapping[
     str, TransactionalSink[Any] | tuple[TransactionalSink[Any], Frame]]
 """A sink; or several, by member name, each optionally with its own DataFrame."""
-
-_NAME_CLAIMS: dict[tuple[str, str], str] = {}
-_NAME_CLAIMS_LOCK = threading.Lock()
-
-
-def claim_sink_name(query_run: str, log_location: str, owner: str, sink: str) -> None:
-    """Refuse a second adapter that writes the same commit log in the same query run.
-
-    Two sinks given the same name in one query share one commit log: the second would
-    find the first one's ``decided(N)`` and silently write nothing. ``owner`` is the
-    adapter's own token; ``query_run`` is Spark's run ID (a restart is a new run)."""
-    with _NAME_CLAIMS_LOCK:
-        holder = _NAME_CLAIMS.setdefault((query_run, log_location), owner)
-    if holder != owner:
-        raise ConfigurationError(
-            f"two sinks of this query are both named {sink!r}: they would share the commit "
-            f"log at {log_location}, and the second would take the first one's batches for "
-            "its own and write nothing",
-            sink=sink,
-            fix="give every exactly_once()/at_least_once() call of one query its own name= "
-            "(e.g. 'orders-eu' and 'orders-us'); nothing of this sink was written",
-        )
 
 
 class ForeachBatchAdapter:
@@ -79,27 +50,24 @@ class ForeachBatchAdapter:
         self.config = config
         self.on_batch = on_batch
         self.metrics: deque[BatchMetrics] = deque(maxlen=100)
-        self._coordinator: Coordinator | None = None
-        self._run_key: tuple[str | None, str | None] | None = None
-        self._lease: LeaseKeeper | None = None
+        self._run: QueryRun | None = None
         self._token = uuid.uuid4().hex
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark Connect cloudpickles the foreachBatch function to a server-side Python
-        # process: ship the configuration, not the lock, the open commit log or the
-        # coordinator of this process (it is rebuilt, with recovery, on the first batch).
+        # process: ship the configuration, not the lock or the query run of this process
+        # (its commit log, lease and coordinator are rebuilt, with recovery, on the
+        # first batch there).
         state = dict(self.__dict__)
-        for transient in ("_lock", "_coordinator", "_run_key", "_lease"):
+        for transient in ("_lock", "_run"):
             state.pop(transient, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._coordinator = None
-        self._run_key = None
-        self._lease = None
+        self._run = None
 
     @property
     def name(self) -> str:
@@ -123,112 +91,20 @@ class ForeachBatchAdapter:
             self.on_batch(metrics)
 
     def _coordinator_for(self, df: Any) -> Coordinator:
-        query_id, run_id = running_query(df)
-        if self._coordinator is not None and (query_id, run_id) == self._run_key:
-            return self._coordinator
-        # A new query run (or the first batch): rebuild and recover from the log.
-        self._run_key = (query_id, run_id)
-        faults = FaultPlan.from_env()
-        if self.config.guarantee is not Guarantee.EXACTLY_ONCE:
-            key = query_key_for(query_id or f"adhoc:{self.name}")
-            self._coordinator = Coordinator(self.sink, self.config, None, key, faults)
-            return self._coordinator
-        connect = is_connect(df)
-        if connect and self.config.checkpoint_location is None:
-            raise ConfigurationError(
-                "under Spark Connect the foreachBatch function cannot see the query's "
-                "checkpointLocation (it runs in a server-side Python process)",
-                sink=self.name,
-                fix="pass the same path to exactly_once(..., checkpoint_location=...) "
-                "as to .option('checkpointLocation', ...); nothing was written")
-        location = require_durable_checkpoint(
-            self.config.checkpoint_location or query_checkpoint(df, query_id), self.name
-        )
-        # The ID Spark keeps in the checkpoint is the one a running query reports: the
-        # same query key in classic and Connect mode.
-        identity = query_id or checkpoint_query_id(location) or f"checkpoint:{location}"
-        log_location = sink_log_location(location, self.name)
-        # Under Connect there is no JVM in this process: the commit log is reached
-        # from Python (local paths and HDFS; other URIs are refused by open_store).
-        log = CommitLog(open_store(log_location, None if connect else df.sparkSession))
-        claim_sink_name(run_id or identity, log.location, self._token, self.name)
-        sink = for_checkpoint(self.sink, location, self.name)
-        self._check_shared_paths(df.sparkSession, sink)
-        self._keep_lease(log, df, identity, run_id)
-        key = self._claim_log(log, identity, sink)
-        self._coordinator = Coordinator(sink, self.config, log, key, faults)
-        return self._coordinator
-
-    def _check_shared_paths(self, session: Any, sink: TransactionalSink[Any] | SinkGroup
-                            ) -> None:
-        """On a cluster, before the run's first batch: every directory the sink needs
-        shared is one for the driver and the executors (2 tasks per core, so every
-        executor is likely to run one; each task checks again before it stages)."""
-        paths = tuple(dict.fromkeys(
-            path for part in members_of(sink).values() for path in part.shared_paths()))
-        if not paths or runs_on_one_host(session):
-            return
-        require_shared_on_executors(lambda fn, items: run_in_tasks(session, fn, items),
-                                    paths, 2 * (self.config.writers or default_writers(session)),
-                                    self.name)
-
-    def _keep_lease(self, log: CommitLog, df: Any, query_id: str | None,
-                    run_id: str | None) -> None:
-        """Tell operator commands the query is running (they refuse to act while the
-        lease is fresh), from now until this query run ends: renewed from a thread,
-        between batches and during long ones, released once the run is over."""
-        if self._lease is not None:
-            self._lease.stop(release=False)  # an earlier run of this adapter
-        self._lease = LeaseKeeper(log, self.config.lease_ttl_s, query_id, run_id,
-                                  query_activity(df, query_id, run_id))
-        self._lease.start()
+        """The coordinator of the query run ``df`` belongs to: the one opened at its
+        first batch, or (a new query run, or the first batch) a new one."""
+        key = running_query(df)
+        run = self._run
+        if run is not None and run.coordinator is not None and key == run.key:
+            return run.coordinator
+        self._run = QueryRun(key, lease=run.lease if run is not None else None)
+        return self._run.open(df, self.sink, self.config, self._token)
 
     def _claim_log(self, log: CommitLog, query_identity: str,
                    bound: TransactionalSink[Any] | SinkGroup | None = None) -> str:
-        """Check (or record) that this log belongs to this query and this destination.
-
-        The destination (``identity()``) is pinned once a batch is decided; until then a
-        changed destination is simply the new one (a first batch that failed against a
-        wrong database must not bind the sink name to it), unless a run without an
-        outcome may have left prepared state in the old one."""
-        sink = bound if bound is not None else self.sink
-        meta = log.read_meta()
-        mine = {
-            "query_id": query_identity,
-            "query_key": query_key_for(query_identity),
-            "sink_name": self.name,
-            "sink_type": sink.type_name,
-            "identity": sink.identity(),
-        }
-        if meta is None:
-            log.write_meta({**mine, "description": sink.describe(),
-                            "created": time.time()})
-            return str(mine["query_key"])
-        for field in ("query_id", "sink_type"):
-            if meta.get(field) != mine[field]:
-                raise self._collision(log, field, meta.get(field), mine[field])
-        changed = meta.get("description") != sink.describe()
-        if meta.get("identity") != mine["identity"]:
-            if meta.get(IDENTITY_PINNED) or any(s.open_runs for s in log.batches().values()):
-                raise self._collision(log, "identity", meta.get("identity"), mine["identity"])
-            meta["identity"] = mine["identity"]  # nothing decided there yet: follow the fix
-            changed = True
-        if changed:
-            meta["description"] = sink.describe()
-            log.write_meta(meta)
-        return str(meta["query_key"])
-
-    def _collision(self, log: CommitLog, field: str, recorded: Any,
-                   current: Any) -> TransactionIdCollisionError:
-        return TransactionIdCollisionError(
-            f"the commit log at {log.location} belongs to another "
-            f"{field.replace('_', ' ')}: recorded {recorded!r}, this run has {current!r}; "
-            "sharing it would mix two queries' transactions or destinations",
-            sink=self.name,
-            fix="give each query its own checkpointLocation and each sink of a query its "
-            "own name; if the old query or destination is gone for good, run `sparkeos "
-            "recover` with its old configuration and delete that directory",
-        )
+        """``claim_log`` for this adapter's sink (bound to a checkpoint, if given)."""
+        return claim_log(log, query_identity, bound if bound is not None else self.sink,
+                         self.name)
 
 
 def _resolve(sink: SinkSpec, name: str) -> tuple[TransactionalSink[Any] | SinkGroup,

@@ -16,6 +16,7 @@ from sparkeos.connectors.jdbc import PostgresSink
 from sparkeos.connectors.kafka import KafkaSink
 from sparkeos.connectors.sql import SqlTableSink
 from sparkeos.connectors.stomp import StompSink
+from sparkeos.core.queryrun import QueryRun
 
 SINKS: dict[str, Any] = {
     "file": lambda tmp: FileSink(str(tmp / "out")),
@@ -36,14 +37,14 @@ def test_sinks_and_adapters_pickle(kind, dumps, tmp_path):
         adapter = wrap(sink, name=f"{kind}-sink")
         clone = pickle.loads(dumps(adapter))
         assert clone.config == adapter.config and clone.sink == adapter.sink
-        assert clone._coordinator is None and clone._lock is not adapter._lock
+        assert clone._run is None and clone._lock is not adapter._lock
 
 
 def test_a_used_adapter_pickles_without_its_coordinator(tmp_path):
     adapter = exactly_once({"a": FileSink(str(tmp_path / "a")),
                             "b": (FileSink(str(tmp_path / "b")), lambda df: df)}, name="grp")
-    adapter._coordinator = object()  # what a batch leaves behind: not shipped
-    adapter._run_key = ("q", "r")
+    adapter._run = QueryRun(("q", "r"))  # what a batch leaves behind: not shipped
+    adapter._run.coordinator = object()
     clone = cloudpickle.loads(cloudpickle.dumps(adapter))
-    assert clone._coordinator is None and clone._run_key is None
+    assert clone._run is None
     assert sorted(clone.frames) == ["b"]

@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sparkeos.core import adapter as adapter_mod
-from sparkeos.core import coordinator as coordinator_mod
+from sparkeos.core import tasks as tasks_mod
+from sparkeos.core.checks import PreDecisionChecks
 from sparkeos.core.commitlog import OUTCOME, CommitLog, record_name
-from sparkeos.core.coordinator import Coordinator
+from sparkeos.core.recovery import Recovery
 
 from . import system as system_mod
 
@@ -56,16 +57,16 @@ def shared_attempt_ids() -> Iterator[None]:
                 self.system.fenced.add(txn.txn_id)
         return original_begin(self, txn)
 
-    with _patched(coordinator_mod, "attempt_tag", lambda attempt, task_attempts: 0), \
+    with _patched(tasks_mod, "attempt_tag", lambda attempt, task_attempts: 0), \
             _patched(system_mod.ModelSink, "begin", fencing_begin):
         yield
 
 
 @contextlib.contextmanager
 def last_run_only() -> Iterator[None]:
-    original_sweep = Coordinator._sweep
+    original_sweep = Recovery.sweep
 
-    def sweep(self: Coordinator, states: Any, *, quiet: bool = False) -> None:
+    def sweep(self: Recovery, states: Any, *, quiet: bool = False) -> None:
         newest = []
         for state in states:
             last = state.last_attempt
@@ -74,7 +75,7 @@ def last_run_only() -> Iterator[None]:
             newest.append(copy)
         original_sweep(self, newest, quiet=quiet)
 
-    with _patched(Coordinator, "_sweep", sweep):
+    with _patched(Recovery, "sweep", sweep):
         yield
 
 
@@ -104,17 +105,17 @@ def no_name_claim() -> Iterator[None]:
 
 @contextlib.contextmanager
 def schema_pinned_before_validate() -> Iterator[None]:
-    original_check = Coordinator._check_schema
+    original_check = PreDecisionChecks.check_schema
     original_validate = system_mod.ModelSink.validate
 
-    def check(self: Coordinator, batch_id: int, schemas: Any) -> None:
-        if not self._recorded_schemas():
-            self._pin_on_decision(schemas)  # pinned first, as before the fix
+    def check(self: PreDecisionChecks, batch_id: int, schemas: Any) -> None:
+        if not self.recorded_schemas():
+            self.pin_on_decision(schemas)  # pinned first, as before the fix
         original_check(self, batch_id, schemas)
-        for member, part in self.members.items():
+        for member, part in self.scope.members.items():
             original_validate(part, schemas[member])  # type: ignore[arg-type]
 
-    with _patched(Coordinator, "_check_schema", check), \
+    with _patched(PreDecisionChecks, "check_schema", check), \
             _patched(system_mod.ModelSink, "validate", lambda self, schema: None):
         yield
 
