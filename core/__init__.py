@@ -2,7 +2,7 @@
 
 from .adapter import ForeachBatchAdapter, at_least_once, exactly_once, with_guarantee
 from .config import CoordinatorConfig, Guarantee
-from .coordinator import BatchRunner, Coordinator
+from .coordinator import Coordinator
 from .errors import (
     AttemptFencedError,
     CommitLogError,
@@ -17,6 +17,7 @@ from .errors import (
 )
 from .observe import BatchMetrics, enable_json_logging
 from .protocol import CommitLocation, Receipt, Transaction, TransactionalSink, TxnState
+from .tasks import BatchRunner
 from .txpool import AttemptRange, TransactionPool
 
 __all__ = [

@@ -79,6 +79,18 @@ def check_format(name: str, value: str | None) -> None:
         )
 
 
+def check_payload_format(payload: str, column: str | None, fmt: str | None) -> None:
+    """``<payload>_format`` is known, and names a format for ``<payload>_column``: without
+    the column the payload is the whole row as JSON, the only format it can have."""
+    check_format(f"{payload}_format", fmt)
+    if column is None and fmt not in (None, "json"):
+        raise ConfigurationError(
+            f"{payload}_format={fmt!r} needs a {payload}_column; without one the "
+            f"{payload} is the whole row as JSON",
+            fix=f"set {payload}_column='<column>' or drop {payload}_format",
+        )
+
+
 @dataclass(frozen=True)
 class RecordLayout:
     topic: str | None

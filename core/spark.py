@@ -13,8 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .coordinator import TaskAttempt, TaskFunction, TaskResult
 from .errors import ConfigurationError
+from .tasks import TaskAttempt, TaskFunction, TaskResult
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 RUN_ID_PROPERTY = "spark.jobGroup.id"

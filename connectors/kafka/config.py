@@ -20,7 +20,7 @@ from sparkeos.core.config import Guarantee
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.files import resolve_location
 from sparkeos.core.protocol import Transaction
-from sparkeos.core.records import RecordLayout, check_format
+from sparkeos.core.records import RecordLayout, check_format, check_payload_format
 
 from . import clients
 
@@ -146,13 +146,7 @@ def _check_destination(config: KafkaConfig) -> None:
             "(faster, at-least-once with replay deduplication)",
         )
     check_format("key_format", config.key_format)
-    check_format("value_format", config.value_format)
-    if config.value_column is None and config.value_format not in (None, "json"):
-        raise ConfigurationError(
-            f"value_format={config.value_format!r} needs a value_column; without one the "
-            "value is the whole row as JSON",
-            fix="set value_column='<column>' or drop value_format",
-        )
+    check_payload_format("value", config.value_column, config.value_format)
 
 
 def _check_producer_config(producer_config: Any) -> None:

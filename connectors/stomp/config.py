@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkeos.core.config import Guarantee
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.records import check_format
+from sparkeos.core.records import check_payload_format
 
 from .client import Endpoint
 from .staging import default_staging_dir
@@ -67,13 +67,7 @@ def _check_target(sink: StompSink) -> None:
             fix="use 'broker' (ActiveMQ Artemis), 'consumer' (every consumer drops "
             "duplicates by the dedup header) or 'none' (at-least-once)",
         )
-    check_format("body_format", sink.body_format)
-    if sink.body_column is None and sink.body_format not in (None, "json"):
-        raise ConfigurationError(
-            f"body_format={sink.body_format!r} needs a body_column; without one the "
-            "body is the whole row as JSON",
-            fix="set body_column='<column>' or drop body_format",
-        )
+    check_payload_format("body", sink.body_column, sink.body_format)
 
 
 def _check_limits(sink: StompSink) -> None:

@@ -133,8 +133,7 @@ def wait_for_spec() -> str | None:
     late = os.environ.get(LATE_DIR_ENV, "")
     for name, value in order["plan"].items():
         os.environ[name] = value
-        if late:
-            with open(os.path.join(late, name + ".part"), "w") as fh:
+        if late:  # read by processes the query starts, so only after this returns
+            with open(os.path.join(late, name), "w") as fh:
                 fh.write(value)
-            os.replace(os.path.join(late, name + ".part"), os.path.join(late, name))
     return str(order["spec"])

@@ -139,8 +139,9 @@ def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 30
     # Beside a local checkpoint, else beside the (always local) input.
     spec_path = (spec.checkpoint + ".spec.json" if "://" not in spec.checkpoint
                  else os.path.join(os.path.dirname(spec.input), f"job-{spec.mode}.spec.json"))
-    # The fault reaches a started process with its spec; a Connect server's Python
-    # workers and settings in ``env`` need it at start.
+    # The fault reaches a started process with its spec (sparkeos.testing.ahead). Settings
+    # in ``env`` are needed at start, and a local Connect server listens on a fixed port
+    # (two cannot run at once): those runs start cold.
     settings = ahead.session_settings(spec) if env is None and not spec.connect else None
     return run_spec_process(JOB_MODULE, asdict(spec), spec_path, fault, timeout, env, cwd,
                             ahead_settings=settings)
