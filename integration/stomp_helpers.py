@@ -1,6 +1,6 @@
 """Small STOMP helpers for tests against the real brokers of integration/fixtures/stomp.py.
 
-URLs look like ``stomp://admin:admin@127.0.0.1:39613`` (``?vhost=/`` for RabbitMQ: the
+URLs look like ``stomp://admin:admin@127.0.0.1:29613`` (``?vhost=/`` for RabbitMQ: the
 CONNECT ``host`` header). Every helper opens its own STOMP 1.2 connection (stomp.py
 ``Connection12``, heartbeats off) and closes it with a confirmed DISCONNECT.
 

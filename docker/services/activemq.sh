@@ -22,7 +22,7 @@
 #
 # Environment:
 #   SPARKEOS_SERVICES_DIR             default <repo>/.services
-#   SPARKEOS_ACTIVEMQ_PORT            STOMP port, default 39614
+#   SPARKEOS_ACTIVEMQ_PORT            STOMP port, default 29614
 #   SPARKEOS_ACTIVEMQ_HEAP            default 512m
 #   SPARKEOS_ACTIVEMQ_JAVA_OPTS       extra JVM options, default -XX:TieredStopAtLevel=1 (C1 only:
 #                                     starts faster; set it to "" for benchmarks)
@@ -33,7 +33,7 @@ set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, take_lock, pids, ports
 
-PORT="${SPARKEOS_ACTIVEMQ_PORT:-39614}"
+PORT="${SPARKEOS_ACTIVEMQ_PORT:-29614}"
 HEAP="${SPARKEOS_ACTIVEMQ_HEAP:-512m}"
 JAVA_OPTS="${SPARKEOS_ACTIVEMQ_JAVA_OPTS--XX:TieredStopAtLevel=1}"
 START_TIMEOUT="${SPARKEOS_ACTIVEMQ_START_TIMEOUT:-60}"

@@ -24,8 +24,8 @@
 #   SPARKEOS_SERVICES_DIR            default <repo>/.services
 #   SPARKEOS_ARTEMIS_VERSION         default 2.56.0 (groupId org.apache.artemis: 2.41+); the instance
 #                                    names its distribution: after a change, rm -rf the instance dir
-#   SPARKEOS_ARTEMIS_PORT            STOMP port, default 39613
-#   SPARKEOS_ARTEMIS_CORE_PORT       CORE port, default 39616
+#   SPARKEOS_ARTEMIS_PORT            STOMP port, default 29613
+#   SPARKEOS_ARTEMIS_CORE_PORT       CORE port, default 29616
 #   SPARKEOS_ARTEMIS_ID_CACHE_SIZE   duplicate-id cache per address (address-settings "#"), default 20000
 #   SPARKEOS_ARTEMIS_HEAP            default 512m
 #   SPARKEOS_ARTEMIS_JAVA_OPTS       extra JVM options, default -XX:TieredStopAtLevel=1 (C1 only:
@@ -42,8 +42,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, take_lock, pids, ports
 
 ARTEMIS_VERSION="${SPARKEOS_ARTEMIS_VERSION:-2.56.0}"
-PORT="${SPARKEOS_ARTEMIS_PORT:-39613}"
-CORE_PORT="${SPARKEOS_ARTEMIS_CORE_PORT:-39616}"
+PORT="${SPARKEOS_ARTEMIS_PORT:-29613}"
+CORE_PORT="${SPARKEOS_ARTEMIS_CORE_PORT:-29616}"
 ID_CACHE_SIZE="${SPARKEOS_ARTEMIS_ID_CACHE_SIZE:-20000}"
 HEAP="${SPARKEOS_ARTEMIS_HEAP:-512m}"
 JAVA_OPTS="${SPARKEOS_ARTEMIS_JAVA_OPTS--XX:TieredStopAtLevel=1}"

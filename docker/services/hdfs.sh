@@ -16,9 +16,9 @@
 # Environment:
 #   SPARKEOS_SERVICES_DIR          default <repo>/.services (state in hdfs/)
 #   SPARKEOS_HADOOP_VERSION        default 3.5.0 (the client pyspark bundles)
-#   SPARKEOS_HDFS_PORT             NameNode RPC port, default 39000
-#   SPARKEOS_HDFS_HTTP_PORT        NameNode HTTP (WebHDFS) port, default 39870
-#   SPARKEOS_HDFS_DATANODE_PORTS   data,http,ipc ports of the DataNode, default 39866,39864,39867
+#   SPARKEOS_HDFS_PORT             NameNode RPC port, default 29000
+#   SPARKEOS_HDFS_HTTP_PORT        NameNode HTTP (WebHDFS) port, default 29870
+#   SPARKEOS_HDFS_DATANODE_PORTS   data,http,ipc ports of the DataNode, default 29866,29864,29867
 #   SPARKEOS_HDFS_HEAP             per process, default 384m
 #   SPARKEOS_HDFS_START_TIMEOUT    seconds, default 120
 set -euo pipefail
@@ -26,9 +26,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, pids, jars
 
 HADOOP_VERSION="${SPARKEOS_HADOOP_VERSION:-3.5.0}"
-PORT="${SPARKEOS_HDFS_PORT:-39000}"
-HTTP_PORT="${SPARKEOS_HDFS_HTTP_PORT:-39870}"
-IFS=, read -r DN_PORT DN_HTTP_PORT DN_IPC_PORT <<<"${SPARKEOS_HDFS_DATANODE_PORTS:-39866,39864,39867}"
+PORT="${SPARKEOS_HDFS_PORT:-29000}"
+HTTP_PORT="${SPARKEOS_HDFS_HTTP_PORT:-29870}"
+IFS=, read -r DN_PORT DN_HTTP_PORT DN_IPC_PORT <<<"${SPARKEOS_HDFS_DATANODE_PORTS:-29866,29864,29867}"
 HEAP="${SPARKEOS_HDFS_HEAP:-384m}"
 START_TIMEOUT="${SPARKEOS_HDFS_START_TIMEOUT:-120}"
 

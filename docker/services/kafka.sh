@@ -11,8 +11,8 @@
 # Environment:
 #   SPARKEOS_SERVICES_DIR            default <repo>/.services
 #   SPARKEOS_KAFKA_VERSION           broker version, default 4.3.1
-#   SPARKEOS_KAFKA_PORT              client port, default 39092
-#   SPARKEOS_KAFKA_CONTROLLER_PORT   KRaft controller port, default 39093
+#   SPARKEOS_KAFKA_PORT              client port, default 29092
+#   SPARKEOS_KAFKA_CONTROLLER_PORT   KRaft controller port, default 29093
 #   SPARKEOS_KAFKA_HEAP              default 512m
 #   SPARKEOS_KAFKA_JAVA_OPTS         extra JVM options, default -XX:TieredStopAtLevel=1 (C1 only:
 #                                    starts ~1.7 s faster; set it to "" for benchmarks)
@@ -31,8 +31,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log
 
 KAFKA_VERSION="${SPARKEOS_KAFKA_VERSION:-4.3.1}"
 LOG4J_VERSION="2.25.4"          # log4j2 binding for slf4j 1.x (what Kafka 4.x logs through)
-PORT="${SPARKEOS_KAFKA_PORT:-39092}"
-CONTROLLER_PORT="${SPARKEOS_KAFKA_CONTROLLER_PORT:-39093}"
+PORT="${SPARKEOS_KAFKA_PORT:-29092}"
+CONTROLLER_PORT="${SPARKEOS_KAFKA_CONTROLLER_PORT:-29093}"
 HEAP="${SPARKEOS_KAFKA_HEAP:-512m}"
 JAVA_OPTS="${SPARKEOS_KAFKA_JAVA_OPTS--XX:TieredStopAtLevel=1}"
 LOG_LEVEL="${SPARKEOS_KAFKA_LOG_LEVEL:-WARN}"

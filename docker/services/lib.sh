@@ -206,10 +206,16 @@ service_status() {
 # port_open PORT: something accepts TCP connections on $HOST:PORT
 port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
-# ports_free PORT...: none of the ports accepts connections on $HOST
+# ports_free PORT...: none of the ports accepts connections on $HOST. Warns about a port
+# inside the kernel's ephemeral range: any outgoing connection may hold it as its local
+# port when the server binds ("Address already in use"); the defaults lie below it.
 ports_free() {
-  local port
+  local port low high
+  read -r low high </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768 high=60999
   for port in "$@"; do
+    if ((port >= low && port <= high)); then
+      log "WARNING: port $port is inside the ephemeral range $low-$high: a client socket may hold it"
+    fi
     if port_open "$port"; then return 1; fi
   done
 }
@@ -235,7 +241,7 @@ stomp_answers() {
 # $HOST:PORT accepts connections and CHECK ARG... succeeds (polled every 0.25 s). Dies with
 # the end of LOGFILE on stderr if PID exits (and removes PIDFILE), or after TIMEOUT seconds
 # (the process keeps running). WHAT completes "NAME did not ...", e.g. "answer STOMP on
-# 127.0.0.1:39613".
+# 127.0.0.1:29613".
 wait_until_ready() {
   local pid="$1" name="$2" pidfile="$3" logfile="$4" timeout="$5" port="$6" what="$7"
   shift 7

@@ -13,7 +13,7 @@
 #
 # Environment:
 #   SPARKEOS_SERVICES_DIR      where service state lives (default <repo>/.services)
-#   SPARKEOS_PG_PORT           TCP port (default 35432)
+#   SPARKEOS_PG_PORT           TCP port (default 25432)
 #   SPARKEOS_PG_MAX_PREPARED   max_prepared_transactions (default 64: 2 x partitions x
 #                              sinks of the tests with room to spare; 0 disables 2PC)
 #   SPARKEOS_PG_VERSION        a PostgreSQL major version under /usr/lib/postgresql to
@@ -23,7 +23,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SERVICES_DIR=${SPARKEOS_SERVICES_DIR:-$REPO/.services}
-PORT=${SPARKEOS_PG_PORT:-35432}
+PORT=${SPARKEOS_PG_PORT:-25432}
 MAX_PREPARED=${SPARKEOS_PG_MAX_PREPARED:-64}
 DB_USER=sparkeos
 DB_NAME=sparkeos

@@ -24,17 +24,17 @@
 #
 # Environment:
 #   SPARKEOS_SERVICES_DIR             default <repo>/.services
-#   SPARKEOS_RABBITMQ_PORT            STOMP port, default 39615
-#   SPARKEOS_RABBITMQ_DIST_PORT       Erlang distribution port, default 39618
-#   SPARKEOS_RABBITMQ_EPMD_PORT       the private epmd's port, default 39617
+#   SPARKEOS_RABBITMQ_PORT            STOMP port, default 29615
+#   SPARKEOS_RABBITMQ_DIST_PORT       Erlang distribution port, default 29618
+#   SPARKEOS_RABBITMQ_EPMD_PORT       the private epmd's port, default 29617
 #   SPARKEOS_RABBITMQ_START_TIMEOUT   seconds, default 90
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, take_lock, pids, ports
 
-PORT="${SPARKEOS_RABBITMQ_PORT:-39615}"
-DIST_PORT="${SPARKEOS_RABBITMQ_DIST_PORT:-39618}"
-EPMD_PORT="${SPARKEOS_RABBITMQ_EPMD_PORT:-39617}"
+PORT="${SPARKEOS_RABBITMQ_PORT:-29615}"
+DIST_PORT="${SPARKEOS_RABBITMQ_DIST_PORT:-29618}"
+EPMD_PORT="${SPARKEOS_RABBITMQ_EPMD_PORT:-29617}"
 START_TIMEOUT="${SPARKEOS_RABBITMQ_START_TIMEOUT:-90}"
 USER_NAME=admin
 PASSWORD=admin

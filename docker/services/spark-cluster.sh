@@ -11,7 +11,7 @@
 # Environment:
 #   SPARKEOS_PYTHON                 the interpreter with pyspark (default <repo>/.venv/bin/python)
 #   SPARKEOS_SERVICES_DIR           default <repo>/.services (state in spark-cluster/)
-#   SPARKEOS_SPARK_MASTER_PORT      default 37077 (web UI: SPARKEOS_SPARK_MASTER_UI_PORT, 38080)
+#   SPARKEOS_SPARK_MASTER_PORT      default 27077 (web UI: SPARKEOS_SPARK_MASTER_UI_PORT, 28080)
 #   SPARKEOS_SPARK_WORKER_CORES     default 2;  SPARKEOS_SPARK_WORKER_MEMORY  default 2g
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -9,7 +9,7 @@ really written and is filtered by the broker's transaction markers, not lost).
     .venv/bin/python integration/services/kafka_check.py [BOOTSTRAP]
 
 BOOTSTRAP defaults to $SPARKEOS_KAFKA_BOOTSTRAP, else 127.0.0.1:$SPARKEOS_KAFKA_PORT
-(39092). Exit 0 and "OK" on success, 1 otherwise.
+(29092). Exit 0 and "OK" on success, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main() -> int:
         sys.argv[1]
         if len(sys.argv) > 1
         else os.environ.get("SPARKEOS_KAFKA_BOOTSTRAP")
-        or f"127.0.0.1:{os.environ.get('SPARKEOS_KAFKA_PORT', '39092')}"
+        or f"127.0.0.1:{os.environ.get('SPARKEOS_KAFKA_PORT', '29092')}"
     )
     topic = f"sparkeos-kafka-check-{uuid.uuid4().hex[:8]}"
     t0 = time.monotonic()

@@ -36,8 +36,8 @@ START_TIMEOUT_S = 120.0
 @dataclass(frozen=True)
 class ClusterConfig:
     state_dir: Path
-    master_port: int = int(os.environ.get("SPARKEOS_SPARK_MASTER_PORT", "37077"))
-    master_ui_port: int = int(os.environ.get("SPARKEOS_SPARK_MASTER_UI_PORT", "38080"))
+    master_port: int = int(os.environ.get("SPARKEOS_SPARK_MASTER_PORT", "27077"))
+    master_ui_port: int = int(os.environ.get("SPARKEOS_SPARK_MASTER_UI_PORT", "28080"))
     worker_cores: int = int(os.environ.get("SPARKEOS_SPARK_WORKER_CORES", "2"))
     worker_memory: str = os.environ.get("SPARKEOS_SPARK_WORKER_MEMORY", "2g")
     worker_hosts: tuple[str, ...] = WORKER_HOSTS

@@ -576,7 +576,7 @@ def tiny_server(pg_server: PgServer):
     if pg_server.kind != "local":
         pytest.skip("starts a second server: needs a container or the local script")
     env = {"SPARKEOS_SERVICES_DIR": str(REPO / ".services" / "pg-tiny"),
-           "SPARKEOS_PG_PORT": "35499", "SPARKEOS_PG_MAX_PREPARED": "0"}
+           "SPARKEOS_PG_PORT": "25499", "SPARKEOS_PG_MAX_PREPARED": "0"}
     servers: list[dict[str, str]] = []
 
     def start(max_prepared: int) -> str:
