@@ -37,7 +37,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .errors import CommitLogError, RecordExistsError
-from .files import OBJECT_STORES, split_uri
+from .files import OBJECT_STORES, S3_SCHEMES, split_uri
 
 BEGUN, OUTCOME, FINISHED = "begun", "outcome", "finished"
 DECIDED, ABORTED = "decided", "aborted"
@@ -229,6 +229,12 @@ class FilesStore(Store):
         return tmp
 
     def write_new(self, name: str, data: bytes) -> None:
+        if self._files.atomic_create:
+            try:
+                self._files.create_new(self._path(name), data)
+            except FileExistsError:
+                raise _exists(name, self.location) from None
+            return
         tmp = self._write_temp(data)
         try:
             self._files.publish(tmp, self._path(name))
@@ -264,15 +270,16 @@ def open_store(location: str, spark: Any = None) -> Store:
     if is_local_uri(location):
         return LocalStore(local_path(location))
     scheme = urlparse(location).scheme.lower()
+    if scheme in S3_SCHEMES:
+        return FilesStore(location)
     if scheme in OBJECT_STORES:
         raise CommitLogError(
-            f"the commit log at {location} would be on an object store ({scheme}://), "
-            "where Hadoop's rename is a copy and a create-if-absent is a check followed "
-            "by a write: two processes claiming one batch's outcome (a second driver, "
-            "`sparkeos recover`) could both win",
-            fix="put the query's checkpoint on HDFS or a local or shared POSIX path; "
-            "object stores are refused until sparkeos writes them with conditional "
-            "writes (If-None-Match)",
+            f"the commit log at {location} would be on an object store ({scheme}://) "
+            "sparkeos does not write itself: through Hadoop its rename is a copy and a "
+            "create-if-absent is a check followed by a write, so two processes claiming "
+            "one batch's outcome (a second driver, `sparkeos recover`) could both win",
+            fix="put the query's checkpoint on an S3-compatible store (s3a://, written "
+            "with conditional writes), on HDFS, or on a local or shared POSIX path",
         )
     if scheme == "webhdfs" or (scheme == "hdfs" and spark is None):
         return FilesStore(location)

@@ -12,8 +12,10 @@ Exactly-once file output needs three things of a file system, and nothing else:
 gets them from HDFS through its REST API, WebHDFS (``CREATE`` with ``overwrite=false``,
 ``RENAME``, which never replaces an existing file): pure Python, no JVM and no native
 ``libhdfs`` in the process, so it works in Spark tasks and under Spark Connect alike.
-Object stores (S3, GCS, ABFS) are refused: their copy-based "rename" overwrites, so a
-zombie could replace a committed part (see docs/connectors/file.md).
+``S3Files`` (``core.objectstore``) gets them from an S3-compatible store's conditional
+writes (``If-None-Match: *``). Other object stores (GCS, ABFS) are refused: through
+Hadoop their copy-based "rename" overwrites, so a zombie could replace a committed part
+(see docs/connectors/file.md).
 
 Paths given to a ``Files`` are absolute paths inside that file system (``/data/out``);
 ``uri(path)`` gives the full URI for messages.
@@ -41,6 +43,8 @@ WEBHDFS_PORT_ENV = "SPARKEOS_WEBHDFS_PORT"
 DEFAULT_WEBHDFS_PORT = 9870
 OBJECT_STORES = ("s3", "s3a", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "oss", "r2")
 """Schemes of object stores: no atomic rename, no create-if-absent through Hadoop."""
+S3_SCHEMES = ("s3", "s3a", "s3n")
+"""The object stores sparkeos writes itself, with conditional writes (``core.objectstore``)."""
 
 
 class Files(ABC):
@@ -51,6 +55,12 @@ class Files(ABC):
 
     @property
     def is_local(self) -> bool:
+        return False
+
+    @property
+    def atomic_create(self) -> bool:
+        """``create_new`` makes the file visible whole or not at all (an object store's
+        ``PUT``): a write-once record needs no temporary name then."""
         return False
 
     @abstractmethod
@@ -329,12 +339,21 @@ def split_uri(location: str) -> tuple[Files, str]:
         files = WebHdfsFiles(scheme, parsed.netloc, f"http://{parsed.hostname}:{http_port}",
                              user)
         return files, posixpath.normpath(parsed.path or "/")
+    if scheme in S3_SCHEMES:
+        from .objectstore import S3Files
+
+        if not parsed.netloc:
+            raise ConfigurationError(f"{location!r} names no bucket",
+                                     fix=f"write the bucket: {scheme}://bucket/path")
+        return (S3Files.from_environment(scheme, parsed.netloc),
+                posixpath.normpath(parsed.path or "/"))
     if scheme in OBJECT_STORES:
         raise ConfigurationError(
-            f"{location!r} is on an object store, where no rename is atomic and a copy "
-            "overwrites: a zombie attempt could replace a committed file",
-            fix="write to a local or shared POSIX path, or to HDFS (hdfs:// or webhdfs://); "
-            "see docs/connectors/file.md",
+            f"{location!r} is on an object store sparkeos does not write yet ({scheme}://): "
+            "its write-once records and publishing need the store's conditional writes, "
+            "which sparkeos uses on S3-compatible stores only",
+            fix="use an s3a:// URI (Amazon S3 or an S3-compatible store), HDFS, or a local "
+            "or shared POSIX path; see docs/connectors/file.md",
         )
     raise ConfigurationError(
         f"{location!r}: sparkeos cannot write files on {scheme}://",
@@ -345,13 +364,14 @@ def split_uri(location: str) -> tuple[Files, str]:
 def resolve_location(location: str) -> str:
     """``location`` as every process reads it the same: a local path made absolute, an
     ``hdfs://`` URI as the ``webhdfs://`` URI of its NameNode's HTTP port (resolved
-    here, on the driver: executors need no setting). Raises ``ConfigurationError`` for
+    here, on the driver: executors need no setting), an object store's URI as it is.
+    Raises ``ConfigurationError`` for
     what ``split_uri`` refuses."""
     files, path = split_uri(location)
     if isinstance(files, WebHdfsFiles):
         return f"webhdfs://{files.http.removeprefix('http://')}{path}"
-    return path
+    return path if files.is_local else files.uri(path)
 
 
-__all__ = ["OBJECT_STORES", "WEBHDFS_PORT_ENV", "Files", "LocalFiles", "WebHdfsFiles",
+__all__ = ["OBJECT_STORES", "S3_SCHEMES", "WEBHDFS_PORT_ENV", "Files", "LocalFiles", "WebHdfsFiles",
            "resolve_location", "split_uri"]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -33,6 +34,7 @@ from sparkeos.core.errors import (
     TransactionAbortedError,
     TransactionIdCollisionError,
 )
+from sparkeos.core.files import split_uri
 from sparkeos.testing.conformance import assert_exactly_once
 from sparkeos.testing.inprocess import ListRunner
 
@@ -95,9 +97,13 @@ CASES = [
          ConfigurationError, "is not shared", "same path",
          "use a shared mount at the same path everywhere, or HDFS"),
     Case("file-on-object-store",
-         "output or staging on an object store (`s3://`, `gs://`, `abfs://`)",
-         ConfigurationError, "overwrites", "HDFS",
-         "a shared mount or HDFS: an object store's rename overwrites"),
+         "output or staging on an object store other than S3 (`gs://`, `abfs://`)",
+         ConfigurationError, "conditional writes", "s3a://",
+         "an S3-compatible store (`s3a://`), HDFS or a shared mount"),
+    Case("s3-without-conditional-writes",
+         "an S3-compatible store that ignores `If-None-Match` (no conditional writes)",
+         ConfigurationError, "does not honour conditional writes", "conditional writes",
+         "a store with conditional writes (S3, MinIO, R2, Ceph RGW), or HDFS"),
     Case("hdfs-unreachable", "HDFS NameNode unreachable (WebHDFS)", RetriableError,
          "cannot be reached", "SPARKEOS_WEBHDFS_PORT",
          "start it, or set `SPARKEOS_WEBHDFS_PORT` / use `webhdfs://host:<http port>`"),
@@ -382,10 +388,26 @@ def file_not_shared(w: World, case: Case) -> None:
 
 
 def file_on_object_store(w: World, case: Case) -> None:
-    expect(case, lambda: FileSink("s3://bucket/out"))  # refused at construction
+    expect(case, lambda: FileSink("gs://bucket/out"))  # refused at construction
     out = w.tmp / "out"
     w.run(FileSink(str(out)))
     assert_exactly_once(_file_ids(out), EXPECTED)
+
+
+def s3_without_conditional_writes(w: World, case: Case) -> None:
+    weak = w.fixture("s3_without_conditional_writes")
+    with mock.patch.dict(os.environ, {"AWS_ENDPOINT_URL_S3": weak.endpoint}):
+        out = f"s3a://{weak.bucket}/bad-input-{w.tag}/out"
+        expect(case, lambda: w.run(FileSink(out)))  # refused before the first batch
+        assert not w.log.batches()
+        assert split_uri(out)[0].listdir(f"/bad-input-{w.tag}") == [], "written to"
+    s3 = w.fixture("s3")  # the fix: a store with conditional writes
+    out = s3.fresh_dir("bad-input-s3") + "/out"
+    try:
+        w.run(FileSink(out))
+        assert_exactly_once(read_output(out).column("id").to_pylist(), EXPECTED)
+    finally:
+        s3.delete(out.rsplit("/", 1)[0])
 
 
 def hdfs_unreachable(w: World, case: Case) -> None:

@@ -10,6 +10,7 @@ import pytest
 from sparkeos.core.commitlog import FilesStore, open_store
 from sparkeos.core.errors import RecordExistsError, RetriableError
 from sparkeos.core.files import split_uri
+from sparkeos.testing.files_contract import check_write_once
 
 pytestmark = pytest.mark.hdfs
 
@@ -23,22 +24,8 @@ def base(hdfs: Any, request: Any) -> Any:
 
 def test_create_claim_and_publish_never_overwrite(base: str) -> None:
     files, root = split_uri(base)
-    staging, final = f"{root}/staging", f"{root}/part-0"
-    assert files.claim_dir(staging)
-    assert not files.claim_dir(staging), "a second claim of one directory succeeded"
-    files.create_new(f"{staging}/a", b"first")
-    with pytest.raises(FileExistsError):
-        files.create_new(f"{staging}/a", b"second")
-    files.publish(f"{staging}/a", final)
-    files.create_new(f"{staging}/zombie", b"zombie")
-    with pytest.raises(FileExistsError):
-        files.publish(f"{staging}/zombie", final)
-    with pytest.raises(FileNotFoundError):
-        files.publish(f"{staging}/missing", f"{root}/part-1")
-    assert files.read(final) == b"first"
-    assert files.read(f"{staging}/zombie") == b"zombie"
-    assert sorted(files.listdir(staging)) == [".claim", "zombie"]
-    assert files.isdir(staging) and not files.isdir(final)
+    staging, _final = check_write_once(files, root)
+    assert sorted(files.listdir(staging)) == [".claim", "zombie"]  # renamed: moved
     files.create_new(f"{root}/empty", b"")
     assert files.read(f"{root}/empty") == b""
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import pytest
 
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.files import LocalFiles, WebHdfsFiles, split_uri
+from sparkeos.core.files import LocalFiles, WebHdfsFiles, resolve_location, split_uri
+from sparkeos.core.objectstore import S3Files
+from sparkeos.testing.files_contract import check_write_once
 
 
 def test_local_paths_and_file_uris_are_posix(tmp_path):
@@ -27,29 +30,35 @@ def test_hdfs_uris_go_through_webhdfs(monkeypatch):
     assert split_uri("webhdfs://nn:14000/x")[0].http == "http://nn:14000"  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("uri", ["s3://b/out", "s3a://b/out", "gs://b/out", "abfss://c@a/out"])
-def test_object_stores_are_refused_with_the_reason(uri):
-    with pytest.raises(ConfigurationError, match="overwrites"):
+@pytest.mark.parametrize("uri", ["gs://b/out", "abfss://c@a/out", "wasbs://c@a/out"])
+def test_object_stores_without_conditional_writes_from_sparkeos_are_refused(uri):
+    with pytest.raises(ConfigurationError, match="conditional writes"):
         split_uri(uri)
+
+
+@pytest.mark.parametrize("scheme", ["s3", "s3a", "s3n"])
+def test_s3_uris_are_written_with_conditional_writes(scheme, monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9000/")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret-canary")
+    files, path = split_uri(f"{scheme}://bucket/data/out/")
+    assert isinstance(files, S3Files) and files.atomic_create and not files.is_local
+    assert (files.bucket, files.endpoint, files.region, path) == (
+        "bucket", "http://127.0.0.1:9000", "eu-west-1", "/data/out")
+    assert files.uri(path) == f"{scheme}://bucket/data/out"
+    assert resolve_location(f"{scheme}://bucket/data/out/") == f"{scheme}://bucket/data/out"
+    assert "s3cret-canary" not in repr(files) + repr(pickle.dumps(files))  # never carried
+    with pytest.raises(ConfigurationError, match="names no bucket"):
+        split_uri(f"{scheme}:///data")
 
 
 def test_local_create_claim_and_publish_never_overwrite(tmp_path):
     files = LocalFiles()
-    staged, final = f"{tmp_path}/s/a", f"{tmp_path}/final"
-    assert files.claim_dir(f"{tmp_path}/s") and not files.claim_dir(f"{tmp_path}/s")
-    files.create_new(staged, b"first")
-    with pytest.raises(FileExistsError):
-        files.create_new(staged, b"second")
-    files.publish(staged, final)
-    files.create_new(f"{tmp_path}/s/zombie", b"zombie")
-    with pytest.raises(FileExistsError):
-        files.publish(f"{tmp_path}/s/zombie", final)
-    with pytest.raises(FileNotFoundError):
-        files.publish(f"{tmp_path}/s/missing", f"{tmp_path}/other")
-    assert files.read(final) == b"first"
-    assert sorted(files.listdir(f"{tmp_path}/s")) == ["a", "zombie"]
-    files.delete(f"{tmp_path}/s")
-    assert files.listdir(f"{tmp_path}/s") == [] and files.exists(final)
+    staging, final = check_write_once(files, str(tmp_path))
+    assert sorted(files.listdir(staging)) == ["a", "zombie"]  # linked, not moved
+    files.delete(staging)
+    assert files.listdir(staging) == [] and files.exists(final)
 
 
 def test_the_shared_path_check_passes_and_cleans_up_where_all_see_one_directory(tmp_path):

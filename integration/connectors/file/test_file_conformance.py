@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from integration.fixtures.hdfs import CheckpointOnHdfs
+from integration.fixtures.s3 import OutputOnS3
 from sparkeos.connectors.file import read_output
 from sparkeos.connectors.file.sink import STAGING_DIR
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
@@ -97,6 +98,20 @@ class TestFileSinkHdfsConnect(ConnectConformance, TestFileSinkHdfs):
 
     test_driver_crash_then_restart = None
     test_end_to_end_several_batches = ConnectorConformance.test_end_to_end_several_batches
+
+
+@pytest.mark.s3
+class TestFileSinkS3(SampledConformance, OutputOnS3, TestFileSinkParquet):
+    """The file sink with its output on an S3-compatible object store: staging, claims
+    and publishing by conditional writes (``core.objectstore``); every in-process case
+    (the crash matrix, concurrent attempts, twin commits) against the store, a batch
+    end to end and a task retried after it prepared."""
+
+    def output(self, workdir: str) -> str:
+        return f"{self.s3_dir}/output"
+
+    def leftovers(self, workdir: str) -> list[str] | None:
+        return self.s3_names(f"{self.output(workdir)}/{STAGING_DIR}")
 
 
 @pytest.mark.cluster

@@ -124,8 +124,9 @@ def test_validate_refuses_an_unwritable_directory(tmp_path):
 def test_config_is_validated_at_construction():
     with pytest.raises(ConfigurationError, match="needs a path"):
         FileSink("")
-    with pytest.raises(ConfigurationError, match=r"object store.*overwrites"):
-        FileSink("s3://bucket/out")
+    with pytest.raises(ConfigurationError, match=r"object store.*conditional writes"):
+        FileSink("gs://bucket/out")
+    assert FileSink("s3a://bucket/out/").directory == "s3a://bucket/out"
     with pytest.raises(ConfigurationError, match="cannot write files on ftp://"):
         FileSink("ftp://host/out")
     with pytest.raises(ConfigurationError, match="names no NameNode"):

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# A local S3-compatible object store for development and integration tests, as a local
+# process: moto's S3 server (PyPI), behind sparkeos.testing.s3server, which makes every
+# write atomic against the others so `If-None-Match: *` holds under concurrent writers
+# (docs/connectors/file.md, "Object stores", has the measured behaviour).
+#
+#   bash docker/services/s3.sh start    # pip install moto into the project's venv if missing, start, wait
+#   bash docker/services/s3.sh status   # exit 0 if running, 3 if not
+#   bash docker/services/s3.sh stop     # TERM by pid file, then KILL
+#
+# start prints "s3=http://127.0.0.1:<port>" on stdout. Any access key and secret are
+# accepted (the tests use AWS_ACCESS_KEY_ID=sparkeos, AWS_SECRET_ACCESS_KEY=sparkeos);
+# buckets are made by their users. Data lives in memory: a restart starts empty.
+#
+# Environment:
+#   SPARKEOS_SERVICES_DIR        default <repo>/.services
+#   SPARKEOS_S3_PORT             default 29900
+#   SPARKEOS_S3_PYTHON           the Python that runs it, default <repo>/.venv/bin/python
+#   SPARKEOS_S3_INSTANCE         a second server beside the default one, under
+#                                .services/s3-<instance> (give it another port)
+#   SPARKEOS_S3_NO_CONDITIONAL   1: the server ignores If-None-Match (a store sparkeos refuses)
+#   SPARKEOS_S3_START_TIMEOUT    seconds, default 60
+set -euo pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, take_lock, pids, ports
+
+PORT="${SPARKEOS_S3_PORT:-29900}"
+PYTHON="${SPARKEOS_S3_PYTHON:-$REPO/.venv/bin/python}"
+START_TIMEOUT="${SPARKEOS_S3_START_TIMEOUT:-60}"
+SDIR="$SERVICES_DIR/s3${SPARKEOS_S3_INSTANCE:+-$SPARKEOS_S3_INSTANCE}"
+PIDFILE="$SDIR/s3.pid"
+LOGFILE="$SDIR/s3.log"
+MOTO_REQUIREMENT="moto[s3,server]>=5.1"
+
+[[ "$PORT" =~ ^[0-9]+$ ]] || die "SPARKEOS_S3_PORT must be a number"
+mkdir -p "$SDIR"
+
+cmd_fetch() {
+  [[ -x "$PYTHON" ]] || die "$PYTHON not found (run ./run setup first, or set SPARKEOS_S3_PYTHON)"
+  if "$PYTHON" -c "import moto.server, werkzeug" 2>/dev/null; then return 0; fi
+  log "installing $MOTO_REQUIREMENT into $("$PYTHON" -c 'import sys; print(sys.prefix)') ..."
+  "$PYTHON" -m pip install -q "$MOTO_REQUIREMENT" >"$SDIR/pip.log" 2>&1 ||
+    { tail -n 20 "$SDIR/pip.log" >&2; die "could not install moto (log: $SDIR/pip.log)"; }
+}
+
+pid_is_ours() { pid_cmdline_has "$1" "sparkeos.testing.s3server" "--port $PORT"; }
+
+# an anonymous GET of the service root answers with an HTTP status (moto: 200 or 403)
+answers() { curl -s -o /dev/null -m 5 -w '%{http_code}' "http://$HOST:$PORT/" | grep -q '^[1-5]'; }
+
+wait_ready() {
+  wait_until_ready "$1" "S3 (moto)" "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" \
+    "answer HTTP on $HOST:$PORT" answers
+}
+
+cmd_start() {
+  take_lock "$SDIR"
+  local pid
+  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then
+    wait_ready "$pid"
+    echo "s3=http://$HOST:$PORT"
+    return 0
+  fi
+  rm -f "$PIDFILE"
+  ports_free "$PORT" || die "port $PORT already in use by another process (set SPARKEOS_S3_PORT)"
+  cmd_fetch
+  local args=(-m sparkeos.testing.s3server --host "$HOST" --port "$PORT")
+  [[ "${SPARKEOS_S3_NO_CONDITIONAL:-}" != 1 ]] || args+=(--no-conditional-writes)
+  local t0; t0="$(now_ns)"
+  echo "==== $(date -Is) starting S3 (moto) on $HOST:$PORT ${args[*]:5}" >>"$LOGFILE"
+  spawn "$PIDFILE" "$LOGFILE" "$REPO" env PYTHONPATH="$REPO" "$PYTHON" "${args[@]}"
+  pid="$(await_pid "$PIDFILE")"
+  [[ -n "$pid" ]] || die "S3 server process did not start (log: $LOGFILE)"
+  wait_ready "$pid"
+  log "S3 (moto) up, pid $pid, $(elapsed_since "$t0") s"
+  echo "s3=http://$HOST:$PORT"
+}
+
+cmd_stop() {
+  take_lock "$SDIR"
+  stop_pidfile "$PIDFILE" pid_is_ours
+}
+
+cmd_status() { service_status "$PIDFILE" pid_is_ours "s3=http://$HOST:$PORT" "s3=http://$HOST:$PORT" answers; }
+
+case "${1:-}" in
+  fetch) cmd_fetch ;;
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 {fetch|start|stop|status}" >&2; exit 2 ;;
+esac
