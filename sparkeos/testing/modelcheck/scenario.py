@@ -190,6 +190,7 @@ class World:
         self.violations: list[str] = []
         self.refused = False
         self.states: set[int] = set()
+        self._read_log: tuple[int, dict[int, Any]] | None = None
         sched.on_turn = self.on_turn
         sched.on_step = self.on_step
 
@@ -229,7 +230,9 @@ class World:
     def _covered_check(self, system: ModelSystem) -> str | None:
         if not system.held:
             return None
-        states = CommitLog(_Snapshot(self.store)).batches()
+        if self._read_log is None or self._read_log[0] != self.store.version:
+            self._read_log = (self.store.version, CommitLog(_Snapshot(self.store)).batches())
+        states = self._read_log[1]
         pool = TransactionPool(QUERY_KEY, SINK)
         for txn_id in system.held:
             txn = pool.parse(txn_id)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -62,10 +63,10 @@ class ModelSystem:
     def violation(self, text: str) -> None:
         self.violations.append(text)
 
-    def fingerprint(self) -> str:
-        held = sorted((k, v.state, tuple(v.rows)) for k, v in self.held.items())
-        return json.dumps([held, sorted(self.fenced), sorted(self.markers.items()),
-                           sorted(self.visible)])
+    def fingerprint(self) -> tuple[Any, ...]:
+        held = tuple(sorted((k, v.state, tuple(v.rows)) for k, v in self.held.items()))
+        return (held, tuple(sorted(self.fenced)), tuple(sorted(self.markers.items())),
+                tuple(sorted(self.visible)))
 
 
 class ModelHandle:
@@ -203,6 +204,8 @@ class ModelStore(Store):
         self.sched = sched
         self.location = "model://log"
         self.files: dict[str, bytes] = {}
+        self.version = 0
+        """Counts the writes: what was read of the store is current while it stands."""
 
     def list_names(self) -> list[str]:
         self.sched.point("log.list")
@@ -216,16 +219,19 @@ class ModelStore(Store):
         if name in self.files:
             raise RecordExistsError(f"{name} exists")
         self.files[name] = data
+        self.version += 1
 
     def replace(self, name: str, data: bytes) -> None:
         self.sched.point(f"log.replace {name}")
         self.files[name] = data
+        self.version += 1
 
     def delete(self, name: str) -> None:
         self.files.pop(name, None)
+        self.version += 1
 
-    def fingerprint(self) -> str:
-        return json.dumps(sorted((k, v.decode()) for k, v in self.files.items()))
+    def fingerprint(self) -> tuple[tuple[str, bytes], ...]:
+        return tuple(sorted(self.files.items()))
 
 
 def id_rows(ids: list[int]) -> pa.RecordBatch:
