@@ -21,8 +21,9 @@ before anything of the caller is written.
 Credentials come from boto3's chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_PROFILE``, instance roles): they are never part of this object, so never pickled
 into tasks or printed. The endpoint (``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``;
-unset: Amazon S3) and region are resolved where the ``S3Files`` is made, on the driver,
-and travel with it to the tasks.
+else the active Spark session's ``spark.hadoop.fs.s3a.endpoint``; unset: Amazon S3) and
+region are resolved where the ``S3Files`` is made, on the driver, and travel with it to
+the tasks.
 """
 
 from __future__ import annotations
@@ -65,10 +66,19 @@ class S3Files(Files):
 
     @classmethod
     def from_environment(cls, scheme: str, bucket: str) -> S3Files:
+        """The endpoint and region as boto3 reads them, else as Spark's S3A has them
+        (``spark.hadoop.fs.s3a.[bucket.<bucket>.]endpoint``, of the active session)."""
         endpoint = next((os.environ[e] for e in ENDPOINT_ENVS if os.environ.get(e)), None)
-        region = (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-                  or "us-east-1")
-        return cls(scheme, bucket, endpoint.rstrip("/") if endpoint else None, region)
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if endpoint is None:
+            endpoint = (_s3a_setting(f"bucket.{bucket}.endpoint")
+                        or _s3a_setting("endpoint"))
+            if endpoint and "://" not in endpoint:
+                secure = (_s3a_setting("connection.ssl.enabled") or "true") == "true"
+                endpoint = f"{'https' if secure else 'http'}://{endpoint}"
+            region = region or _s3a_setting("endpoint.region")
+        return cls(scheme, bucket, endpoint.rstrip("/") if endpoint else None,
+                   region or "us-east-1")
 
     def uri(self, path: str) -> str:
         return f"{self.scheme}://{self.bucket}{path}"
@@ -234,6 +244,18 @@ class S3Files(Files):
             first = answer["Errors"][0]
             raise OSError(f"could not delete {len(answer['Errors'])} objects under "
                           f"{self.uri(path)}: {first.get('Key')}: {first.get('Message')}")
+
+
+def _s3a_setting(name: str) -> str | None:
+    """``spark.hadoop.fs.s3a.<name>`` of this process's active Spark session, if any."""
+    try:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+        value = session.conf.get(f"spark.hadoop.fs.s3a.{name}", None) if session else None
+    except Exception:  # no pyspark, no session, or one that cannot answer
+        return None
+    return str(value) if value else None
 
 
 class _Conflict(Exception):

@@ -9,17 +9,22 @@ import sys
 import pytest
 
 
+def run_demo(tmp_path, *args):
+    """``sparkeos demo`` in a process of its own: its result and output lines; it must
+    exit 0."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkeos.cli", "demo", "--workdir", str(tmp_path / "demo"),
+         *args], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result, result.stdout.strip().splitlines()
+
+
 @pytest.mark.chaos
 def test_demo_verifies_exactly_once_after_two_crashes(tmp_path):
     """The demo as users run it, with fewer batches and crashes (each crash is a Spark
     start): the conformance suites kill the driver at every point."""
-    result = subprocess.run(
-        [sys.executable, "-m", "sparkeos.cli", "demo", "--workdir", str(tmp_path / "demo"),
-         "--batches", "4", "--rows", "40", "--crashes", "2", "--seed", "7"],
-        capture_output=True, text=True, timeout=900,
-    )
-    lines = result.stdout.strip().splitlines()
-    assert result.returncode == 0, result.stdout + result.stderr
+    _, lines = run_demo(tmp_path, "--batches", "4", "--rows", "40", "--crashes", "2",
+                        "--seed", "7")
     assert re.fullmatch(
         r"exactly-once: verified input=160 output=160 duplicates=0 missing=0", lines[-1])
     table = [line.split() for line in lines if line.startswith(("plain", "sparkeos"))]
@@ -33,14 +38,8 @@ def test_demo_verifies_exactly_once_after_two_crashes(tmp_path):
 def test_demo_through_spark_connect(tmp_path):
     """``sparkeos demo --connect``: a crash, the queries through a local Spark Connect
     server (killed with the driver); the file sink's Connect suite kills at four points."""
-    result = subprocess.run(
-        [sys.executable, "-m", "sparkeos.cli", "demo", "--connect", "--workdir",
-         str(tmp_path / "demo"), "--batches", "3", "--rows", "40", "--crashes", "1",
-         "--seed", "11"],
-        capture_output=True, text=True, timeout=900,
-    )
-    lines = result.stdout.strip().splitlines()
-    assert result.returncode == 0, result.stdout + result.stderr
+    _, lines = run_demo(tmp_path, "--connect", "--batches", "3", "--rows", "40",
+                        "--crashes", "1", "--seed", "11")
     assert "through Spark Connect" in lines[0]
     assert re.fullmatch(
         r"exactly-once: verified input=120 output=120 duplicates=0 missing=0", lines[-1])
@@ -48,3 +47,17 @@ def test_demo_through_spark_connect(tmp_path):
     rows = {cells[0]: cells for cells in table}
     assert int(rows["sparkeos"][2]) >= 1  # crashes
     assert int(rows["plain"][6]) > 0  # the plain write duplicated under the same crashes
+
+
+@pytest.mark.chaos
+@pytest.mark.s3
+def test_demo_on_the_local_object_store(tmp_path, s3):
+    """``sparkeos demo --store s3``: checkpoint (Spark's through S3A, the commit log),
+    staging and output on the checkout's local S3-compatible store, a driver kill."""
+    result, lines = run_demo(tmp_path, "--store", "s3", "--batches", "3", "--rows", "40",
+                             "--crashes", "1", "--seed", "5", "--skip-plain")
+    assert "outputs and checkpoints in s3a://sparkeos-demo/sparkeos-demo" in lines[0]
+    assert re.fullmatch(
+        r"exactly-once: verified input=120 output=120 duplicates=0 missing=0", lines[-1])
+    assert "sparkeos status s3a://sparkeos-demo/sparkeos-demo/checkpoint-exactly_once" in (
+        result.stdout)

@@ -25,6 +25,7 @@ from sparkeos.core.faults import DRIVER_POINTS
 from sparkeos.testing.job import JobSpec, run_job_process, write_input
 
 CRASH_POINTS = (*DRIVER_POINTS, "kill_driver_after_first_prepare")
+LOCAL_BUCKET = "sparkeos-demo"
 
 
 @dataclass
@@ -91,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
                         "--store)")
     parser.add_argument("--store", default=None,
                         help="where outputs and checkpoints go instead of the workdir, e.g. "
-                        "hdfs://namenode:8020/sparkeos-demo (recreated)")
+                        "hdfs://namenode:8020/sparkeos-demo or s3a://bucket/sparkeos-demo "
+                        "(recreated); 's3': the checkout's local S3-compatible store "
+                        "(docker/services/s3.sh, started if needed)")
     parser.add_argument("--skip-plain", action="store_true",
                         help="do not run the plain foreachBatch comparison")
     args = parser.parse_args(argv)
@@ -105,6 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(seed)
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
+    spark_conf: dict[str, str] = {}
+    if args.store == "s3":
+        from sparkeos.testing.s3a import start_local_store
+
+        start_local_store(LOCAL_BUCKET)
+        args.store = f"s3a://{LOCAL_BUCKET}/sparkeos-demo"
+    if args.store and args.store.split("://")[0] in ("s3", "s3a", "s3n"):
+        from sparkeos.testing.s3a import s3a_spark_conf
+
+        spark_conf = s3a_spark_conf()  # Spark's checkpoint there too, through S3A
     store = _fresh_store(args.store) if args.store else args.workdir
     say(f"sparkeos demo: {args.batches} batches x {args.rows} rows, {args.crashes} driver "
         f"kills per query, seed {seed}, workdir {args.workdir}"
@@ -128,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{label}:")
         spec = JobSpec(input=os.path.join(args.workdir, "input"),
                        checkpoint=f"{store}/checkpoint-{mode}", master=args.master,
-                       sink=sink, name="demo", mode=mode, connect=args.connect)
+                       sink=sink, name="demo", mode=mode, connect=args.connect,
+                       spark_conf=spark_conf)
         started = time.monotonic()
         crashes, runs = _run_with_crashes(spec, schedule, say)
         table = read_output(str(sink["kwargs"]["path"]))
@@ -142,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     for o in outcomes:
         say(f"{o.label:<24}{o.crashes:>8}{o.runs:>6}{o.input:>8}{o.output:>8}"
             f"{o.duplicates:>12}{o.missing:>9}{o.seconds:>9.1f}")
-    say(f"inspect: sparkeos status {store}/checkpoint-exactly_once")
+    where = ""
+    if store.startswith(f"s3a://{LOCAL_BUCKET}/") and os.environ.get("AWS_ENDPOINT_URL_S3"):
+        where = (f"AWS_ENDPOINT_URL_S3={os.environ['AWS_ENDPOINT_URL_S3']} "
+                 "AWS_ACCESS_KEY_ID=sparkeos AWS_SECRET_ACCESS_KEY=sparkeos ")
+    say(f"inspect: {where}sparkeos status {store}/checkpoint-exactly_once")
     eo = outcomes[-1]
     if eo.duplicates == 0 and eo.missing == 0 and eo.output == eo.input and eo.crashes >= 1:
         say(f"exactly-once: verified input={eo.input} output={eo.output} duplicates=0 missing=0")

@@ -32,7 +32,13 @@ from typing import Any
 
 import pytest
 
-from sparkeos.core.commitlog import CommitLog, LocalStore, open_store, sink_log_location
+from sparkeos.core.commitlog import (
+    CommitLog,
+    LocalStore,
+    Store,
+    open_store,
+    sink_log_location,
+)
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import ConfigurationError, DataLossError, TransactionAbortedError
@@ -284,11 +290,16 @@ class ConnectorConformance(RaceCases):
         """A query key of this test's own, so no two tests share transaction IDs."""
         return "ip" + hashlib.sha256(workdir.encode()).hexdigest()[:10]
 
+    def in_process_store(self, workdir: str) -> Store:
+        """Where the in-process cases keep their commit log (a variant with its state on
+        other storage puts it there)."""
+        return LocalStore(os.path.join(workdir, "inprocess-log"))
+
     def in_process_coordinator(self, workdir: str, faults: FaultPlan | None = None,
                                sink: TransactionalSink[Any] | None = None,
                                ) -> tuple[TransactionalSink[Any], Coordinator]:
         sink = sink if sink is not None else self.sink_factory(workdir)
-        log = CommitLog(LocalStore(os.path.join(workdir, "inprocess-log")))
+        log = CommitLog(self.in_process_store(workdir))
         return sink, Coordinator(sink, CoordinatorConfig(name=self.IN_PROCESS_SINK), log,
                                  self.in_process_key(workdir), faults)
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
+import random
+import signal
+import urllib.parse
 from typing import Any
 
 import pytest
 
 from integration.fixtures.hdfs import CheckpointOnHdfs
-from integration.fixtures.s3 import PrefixOnS3
+from integration.fixtures.s3 import CheckpointOnS3
 from sparkeos.connectors.file import read_output
 from sparkeos.connectors.file.sink import STAGING_DIR
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
+    CRASH_BATCH,
     ClusterConformance,
     ConnectConformance,
     ConnectorConformance,
@@ -101,13 +105,14 @@ class TestFileSinkHdfsConnect(ConnectConformance, TestFileSinkHdfs):
 
 
 @pytest.mark.s3
-class TestFileSinkS3(SampledConformance, PrefixOnS3, TestFileSinkParquet):
-    """The file sink with its output on an S3-compatible object store: staging, claims
-    and publishing by conditional writes (``core.objectstore``); every in-process case
-    (the crash matrix, concurrent attempts, twin commits) against the store, and a
-    batch end to end in Spark. A task retried after it prepared is the in-process
-    matrix's ``task_fail_after_prepare`` here: the Spark retry adds nothing the store
-    sees."""
+class TestFileSinkS3(SampledConformance, CheckpointOnS3, TestFileSinkParquet):
+    """The file sink with everything on an S3-compatible object store: output, staging,
+    claims and publishing by conditional writes (``core.objectstore``), the commit log
+    too, and Spark's checkpoint through S3A. Every in-process case (the crash matrix,
+    concurrent attempts, twin commits) with its commit log and output on the store, a
+    batch end to end in Spark, and driver kills at random moments. A task retried after
+    it prepared is the in-process matrix's ``task_fail_after_prepare`` here: the Spark
+    retry adds nothing the store sees."""
 
     test_task_retry_reuses_the_transaction_id = None
 
@@ -116,6 +121,40 @@ class TestFileSinkS3(SampledConformance, PrefixOnS3, TestFileSinkParquet):
 
     def leftovers(self, workdir: str) -> list[str] | None:
         return self.s3_names(f"{self.output(workdir)}/{STAGING_DIR}")
+
+    @pytest.mark.chaos
+    def test_driver_killed_at_random_moments(self, workdir: str) -> None:
+        """kill -9 of the driver at a protocol point drawn at random, then twice at a
+        random moment of the run (in Spark's own checkpoint writes through S3A as likely
+        as in sparkeos'), then a run to the end: every id exactly once, as pyarrow's own
+        S3 client reads the output prefix (not sparkeos). The seed is printed to replay
+        a failure."""
+        seed = random.randrange(2**32)
+        print(f"seed={seed}")
+        rng = random.Random(seed)
+        expected = self.prepare_input(workdir, files=CRASH_BATCH + 3)
+        spec = self.job(workdir)
+        point = rng.choice(self.driver_kill_points)
+        assert self.run(spec, fault=f"{point}@{CRASH_BATCH}").crashed, point
+        for _ in range(2):
+            killed = run_job_process(spec, timeout=rng.uniform(3.0, 15.0))
+            assert killed.returncode in (0, -signal.SIGKILL), killed.tail()
+        self.run_to_completion(spec)
+        assert_exactly_once(self.read_with_pyarrow(self.output(workdir)), expected)
+        # Spark's checkpoint and sparkeos' commit log are there, not on a local disk
+        assert {"commits", "offsets", "sparkeos"} <= set(self.s3_names(spec.checkpoint))
+        assert self.s3_names(f"{spec.checkpoint}/sparkeos/{spec.name}")
+
+    def read_with_pyarrow(self, uri: str) -> list[int]:
+        import pyarrow.dataset as ds
+        from pyarrow import fs
+
+        endpoint = urllib.parse.urlparse(self.s3_endpoint)
+        s3 = fs.S3FileSystem(endpoint_override=endpoint.netloc, scheme=endpoint.scheme,
+                             region=os.environ.get("AWS_REGION", "us-east-1"))
+        # pyarrow skips names starting with "." or "_" (the staging prefix) as Spark does
+        table = ds.dataset(uri.removeprefix("s3a://"), filesystem=s3, format="parquet")
+        return table.to_table(columns=["id"]).column("id").to_pylist()
 
 
 @pytest.mark.cluster
