@@ -27,6 +27,10 @@ adapter's own split (``adapter.metrics``: phase-1 job, decide, commit, the rest)
 where the difference goes. ``--no-fsync`` measures what the sink's fsyncs cost.
 
     .venv/bin/python bench/file_sink.py --rows-per-batch 200000 --batches 5 --format parquet
+
+``--store s3`` puts every mode's output and checkpoint on the checkout's local
+S3-compatible store instead (Spark through S3A, the exactly-once sink through
+conditional writes): one store, side by side.
 """
 
 from __future__ import annotations
@@ -151,16 +155,26 @@ def count_output(mode: str, fmt: str, out: str) -> tuple[int, int]:
     # Spark's part files (pyarrow.dataset's JSON reader hangs on these; read file by file).
     import pyarrow.json as pj
 
+    from sparkeos.core.files import split_uri
+
+    files, root = split_uri(out)
     rows = 0
-    for name in os.listdir(out):
-        path = os.path.join(out, name)
+    for name in files.listdir(root):
         if not name.startswith("part-"):
             continue
+        data = pa.BufferReader(files.read(f"{root}/{name}"))
         if fmt == "parquet":
-            rows += pq.ParquetFile(path).metadata.num_rows
+            rows += pq.ParquetFile(data).metadata.num_rows
         else:
-            rows += pj.read_json(path).num_rows
+            rows += pj.read_json(data).num_rows
     return rows, -1
+
+
+def remove(location: str) -> None:
+    from sparkeos.core.files import split_uri
+
+    files, path = split_uri(location)
+    files.delete(path)
 
 
 # -- reporting ---------------------------------------------------------------------------
@@ -195,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", default=None,
                         help="where input and outputs go (default: a new temp dir, removed)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--store", choices=("local", "s3"), default="local",
+                        help="where outputs and checkpoints go: the work directory, or the "
+                        "checkout's local S3-compatible store (docker/services/s3.sh; "
+                        "Spark through S3A, sparkeos through conditional writes)")
     parser.add_argument("--ts-type", choices=("timestamp", "timestamp_ntz"),
                         default="timestamp", help="Spark type of the ts column")
     args = parser.parse_args(argv)
@@ -215,21 +233,29 @@ def main(argv: list[str] | None = None) -> int:
               f"partitions {args.partitions or 'source'}, fsync {not args.no_fsync}",
               flush=True)
 
-        spark = local_session("sparkeos-bench", master=args.master,
-                              conf={"spark.ui.showConsoleProgress": "false",
-                                    # Split each input file evenly over the cores (the
-                                    # default 4 MB open cost gives a 7:1 split here).
-                                    "spark.sql.files.openCostInBytes": "65536"})
+        conf = {"spark.ui.showConsoleProgress": "false",
+                # Split each input file evenly over the cores (the default 4 MB open cost
+                # gives a 7:1 split here).
+                "spark.sql.files.openCostInBytes": "65536"}
+        base = work
+        if args.store == "s3":
+            from sparkeos.testing.s3a import s3a_spark_conf, start_local_store
+
+            start_local_store("sparkeos-bench")
+            conf.update(s3a_spark_conf())
+            base = f"s3a://sparkeos-bench/{os.path.basename(work)}"
+            print(f"outputs and checkpoints in {base}", flush=True)
+        spark = local_session("sparkeos-bench", master=args.master, conf=conf)
         fsync = not args.no_fsync
 
         def one(mode: str, tag: str, input_dir: str, expected: int) -> RunResult:
-            out = os.path.join(work, f"out-{tag}-{mode}")
-            ckpt = os.path.join(work, f"ckpt-{tag}-{mode}")
+            out = f"{base}/out-{tag}-{mode}"
+            ckpt = f"{base}/ckpt-{tag}-{mode}"
             result = run_query(spark, mode, args.format, input_dir, out, ckpt,
                                args.partitions, fsync, args.ts_type)
             rows, distinct = count_output(mode, args.format, out)
-            shutil.rmtree(out, ignore_errors=True)
-            shutil.rmtree(ckpt, ignore_errors=True)
+            remove(out)
+            remove(ckpt)
             if mode == "exactly_once" and not (rows == distinct == expected):
                 print(f"FAIL: exactly-once output has {rows} rows ({distinct} distinct ids), "
                       f"input has {expected}", file=sys.stderr)
