@@ -268,10 +268,12 @@ def task_configuration_error(exc: BaseException, sink: str,
     own exception; re-raise it as what it is (after the run was aborted)."""
     if isinstance(exc, ConfigurationError):
         return exc
-    cause = describe_cause(exc)
+    # Anywhere in the task's traceback: an exception it was handling comes first.
+    lines = [line.strip() for line in str(exc).splitlines()]
     for kind in (SchemaMismatchError, ConfigurationError):
         marker = f"{kind.__name__}: "
-        if marker in cause:
+        cause = next((line for line in lines if marker in line), None)
+        if cause is not None:
             problem = cause.split(marker, 1)[1].strip()
             return kind(f"{problem} (raised in a task; every transaction of the batch "
                         "was rolled back)", sink=sink, batch_id=batch_id,

@@ -26,6 +26,8 @@ ends with what the user can do about it.
 
 from __future__ import annotations
 
+import re
+
 
 class SparkEOSError(Exception):
     """Root of every error raised by sparkeos."""
@@ -128,13 +130,19 @@ class DataLossError(SparkEOSError):
     """A transaction recorded as decided can no longer be committed."""
 
 
+_EXCEPTION_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
 def describe_cause(exc: BaseException, limit: int = 400) -> str:
     """A one-line summary of ``exc``; Spark's task errors carry a whole JVM trace."""
     text = str(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for line in lines:
         head = line.split(":", 1)[0]
-        if head.endswith(("Error", "Exception")) and not head.endswith(".PythonException"):
+        # An exception's name (dotted, no spaces): not a traceback's source line such as
+        # "except FileNotFoundError:".
+        if (_EXCEPTION_NAME.fullmatch(head) and head.endswith(("Error", "Exception"))
+                and not head.endswith(".PythonException")):
             return line[:limit]
     summary = lines[0] if lines else ""
     return f"{type(exc).__name__}: {summary}"[:limit]
