@@ -13,6 +13,15 @@ import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+if not os.environ.get("SPARKEOS_S3_ENDPOINT"):
+    # The local object store takes any credentials, but a task finds them only in its
+    # Python worker's environment, fixed when the first Spark process of the session
+    # starts (the warm session's may start long before the first object-store test).
+    from sparkeos.testing.s3a import LOCAL_CREDENTIALS
+
+    for _name, _value in LOCAL_CREDENTIALS.items():
+        os.environ.setdefault(_name, _value)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = os.path.dirname(__file__)

@@ -97,3 +97,22 @@ def test_sql_sink_never_shows_its_url(tmp_path: Any, caplog: pytest.LogCaptureFi
     # A server URL carries the password; the server is unreachable here.
     unreachable = SqlTableSink(url=f"postgresql+psycopg2://app:{CANARY}@127.0.0.1:1/db", table="t")
     assert CANARY not in _drive(unreachable, tmp_path, caplog, capsys)
+
+
+@pytest.mark.s3
+def test_file_sink_on_an_object_store_never_shows_its_credentials(
+        s3: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkeos.connectors.file import FileSink
+    from sparkeos.core import objectstore
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CANARY)  # the local store takes any
+    monkeypatch.setattr(objectstore, "_clients", {})  # a client made with the canary
+    out = s3.fresh_dir("secrets") + "/out"
+    try:
+        assert CANARY not in _drive(FileSink(out), tmp_path, caplog, capsys)
+    finally:
+        s3.delete(out)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")  # unreachable
+    assert CANARY not in _drive(FileSink("s3a://bucket/out"), tmp_path / "down", caplog,
+                                capsys)

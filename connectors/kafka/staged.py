@@ -39,10 +39,17 @@ def default_staging_dir() -> str:
 
 
 def staging_area(config: KafkaConfig) -> StagingArea:
-    # Unbound (a runner without a checkpoint, e.g. in-process tests): this host's dir.
-    return StagingArea(config.staging_dir or default_staging_dir(),
-                       prefix=config.transactional_id_prefix,
-                       setting=f"KafkaSink(staging_dir=...) / ${STAGING_ENV}")
+    """The sink's staging area, made once, where it is first asked (the driver's
+    validate): an object store's endpoint is resolved there and travels to the tasks
+    with the sink. Unbound (a runner without a checkpoint, e.g. in-process tests): this
+    host's directory."""
+    area: StagingArea | None = config.__dict__.get("_staging")
+    if area is None:
+        area = StagingArea(config.staging_dir or default_staging_dir(),
+                           prefix=config.transactional_id_prefix,
+                           setting=f"KafkaSink(staging_dir=...) / ${STAGING_ENV}")
+        config.__dict__["_staging"] = area
+    return area
 
 
 def checkpoint_staging_dir(location: str, sink_name: str) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkeos.core.config import Guarantee
 from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.files import resolve_location
 from sparkeos.core.records import check_payload_format
 
 from .client import Endpoint
@@ -79,15 +80,9 @@ def _check_limits(sink: StompSink) -> None:
 
 
 def staging_root(staging: str) -> str:
-    """The absolute POSIX path of ``staging`` (a ``file://`` URI is accepted)."""
-    if "://" in staging and not staging.startswith("file://"):
-        # The PUBLISHED records beside the staged files are POSIX files.
-        raise ConfigurationError(
-            f"StompSink stages on POSIX paths; staging_dir {staging!r} is a URI",
-            fix="give a local directory (local Spark) or a shared mount every "
-            "executor reaches at the same path (a cluster)",
-        )
-    return os.path.abspath(os.path.expanduser(staging.removeprefix("file://")))
+    """``staging`` as every process reads it the same (``core.files.resolve_location``):
+    a POSIX path made absolute, HDFS through WebHDFS, an S3-compatible store's URI."""
+    return resolve_location(os.path.expanduser(staging))
 
 
 def id_header(duplicate_detection: str, dedup_header: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 from sparkeos.core.protocol import Transaction
+from sparkeos.core.staging import StagingArea
 
 from .client import StompClient
 from .staging import staged_messages
@@ -34,10 +35,11 @@ def fixed_headers(headers: Mapping[str, str], destination_type: str | None) -> d
     return fixed
 
 
-def frames(path: str, default: str | None, fixed: Mapping[str, str], id_header: str,
-           stem: str) -> Iterator[Frame]:
+def frames(staging: StagingArea, path: str, default: str | None, fixed: Mapping[str, str],
+           id_header: str, stem: str) -> Iterator[Frame]:
     """The frames to send for a staged file: its headers, the fixed ones, the ID."""
-    for position, (destination, body, headers) in enumerate(staged_messages(path, default)):
+    staged = staged_messages(staging, path, default)
+    for position, (destination, body, headers) in enumerate(staged):
         yield destination, body or b"", {**(headers or {}), **fixed,
                                          id_header: f"{stem}{position}"}
 

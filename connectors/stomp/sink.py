@@ -47,7 +47,6 @@ records), ``errors`` (what a failed publish becomes).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -164,12 +163,17 @@ class StompSink(TransactionalSink[StagedAttempt]):
         return config.id_header(self.duplicate_detection, self.dedup_header)
 
     def shared_paths(self) -> tuple[str, ...]:
-        return (self.staging.path,)
+        return (self.staging.path,) if self.staging.needs_sharing else ()
 
     @property
     def staging(self) -> StagingArea:
-        assert self.staging_dir is not None
-        return staging_area(self.staging_dir)
+        # Made once, where it is first asked (the driver's validate): an object store's
+        # endpoint is resolved there and travels to the tasks with the sink.
+        area = self.__dict__.get("_staging")
+        if area is None:
+            assert self.staging_dir is not None
+            area = self.__dict__["_staging"] = staging_area(self.staging_dir)
+        return area
 
     def layout(self) -> RecordLayout:
         return RecordLayout(self.destination, self.destination_column, None, self.body_column,
@@ -223,19 +227,19 @@ class StompSink(TransactionalSink[StagedAttempt]):
                                          lambda: self._published(txn)):
             return  # a concurrent attempt of this commit published it
         commit_step("sent", txn)
-        published.mark_published(self.staging.root, txn, self.fsync)
+        published.mark_published(self.staging, txn, self.fsync)
         commit_step("marked", txn)
         self.rollback(txn)
 
     def _publish(self, txn: Transaction, receipt: Receipt) -> None:
         path = staged_path(self.staging, txn, receipt)
-        messages = publish.frames(path, self.destination,
+        messages = publish.frames(self.staging, path, self.destination,
                                   publish.fixed_headers(self.headers, self.destination_type),
                                   self.id_header, publish.message_id_stem(txn))
         publish.publish(self.client, txn, messages)
 
     def _published(self, txn: Transaction) -> bool:
-        return published.is_published(self.staging.root, txn)
+        return published.is_published(self.staging, txn)
 
     def rollback(self, txn: Transaction) -> None:
         """Delete what the attempt staged (nothing of it was ever sent)."""
@@ -247,14 +251,14 @@ class StompSink(TransactionalSink[StagedAttempt]):
     def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
         """PUBLISHED records of this sink name under other query keys (a lost
         checkpoint), from the staging directory's ``published/``."""
-        return published.other_queries(self.staging.root, query_key, sink)
+        return published.other_queries(self.staging, query_key, sink)
 
     def probe(self, txn: Transaction) -> TxnState:
         if has_staged(self.staging, txn):
             return TxnState.PREPARED
         if self._published(txn):
             return TxnState.COMMITTED
-        if os.path.isdir(self.staging.txn_dir(txn)):
+        if self.staging.is_claimed(txn):
             return TxnState.OPEN
         return TxnState.ABSENT
 

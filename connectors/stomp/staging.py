@@ -10,7 +10,6 @@ messages per destination for the duplicate-ID cache check before the decision.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,6 +48,9 @@ class StagedAttempt:
     rows: int = 0
     file: Any = None
     writer: Any = None
+    written: str | None = None
+    """The local file being written: in place on a POSIX root, else a temporary one that
+    ``seal`` uploads."""
     destinations: dict[str, int] = field(default_factory=dict)
 
     def append(self, records: pa.RecordBatch, staging: StagingArea,
@@ -62,7 +64,8 @@ class StagedAttempt:
         elif records.num_rows:
             self._count(str(destination), records.num_rows)
         if self.writer is None:
-            self.file = pa.OSFile(staging.writable_file(self.directory, STAGED_FILE), "wb")
+            self.written = staging.writable_file(self.directory, STAGED_FILE)
+            self.file = pa.OSFile(self.written, "wb")
             self.writer = pa.ipc.new_file(self.file, records.schema)
         self.writer.write_batch(records)
 
@@ -77,8 +80,7 @@ class StagedAttempt:
         """Close the file and make it durable; the receipt phase 2 finds it by."""
         self.writer.close()
         self.file.close()
-        relative = staging.seal(self.directory, STAGED_FILE,
-                                os.path.join(self.directory, STAGED_FILE), fsync)
+        relative = staging.seal(self.directory, STAGED_FILE, str(self.written), fsync)
         return {"file": relative, "rows": self.rows,
                 "destinations": self.destinations, "host": socket.gethostname()}
 
@@ -87,7 +89,7 @@ class StagedAttempt:
             if closable is not None:
                 with contextlib.suppress(Exception):
                     closable.close()
-        staging.discard(self.directory, None)
+        staging.discard(self.directory, self.written)
 
 
 def staged_path(staging: StagingArea, txn: Transaction, receipt: Receipt) -> str:
@@ -100,12 +102,13 @@ def staged_path(staging: StagingArea, txn: Transaction, receipt: Receipt) -> str
 
 
 def has_staged(staging: StagingArea, txn: Transaction) -> bool:
-    return os.path.exists(os.path.join(staging.txn_dir(txn), STAGED_FILE))
+    return staging.has_file(txn, STAGED_FILE)
 
 
-def staged_messages(path: str, default: str | None) -> Iterator[StagedMessage]:
+def staged_messages(staging: StagingArea, path: str, default: str | None
+                    ) -> Iterator[StagedMessage]:
     """The messages of a staged file, in order: (destination, body, headers)."""
-    with pa.memory_map(path) as source:
+    with staging.open_staged(path) as source:
         reader = pa.ipc.open_file(source)
         for i in range(reader.num_record_batches):
             for topic, value, _key, headers in iter_records(reader.get_batch(i)):

@@ -109,12 +109,14 @@ class TestFileSinkS3(SampledConformance, CheckpointOnS3, TestFileSinkParquet):
     """The file sink with everything on an S3-compatible object store: output, staging,
     claims and publishing by conditional writes (``core.objectstore``), the commit log
     too, and Spark's checkpoint through S3A. Every in-process case (the crash matrix,
-    concurrent attempts, twin commits) with its commit log and output on the store, a
-    batch end to end in Spark, and driver kills at random moments. A task retried after
-    it prepared is the in-process matrix's ``task_fail_after_prepare`` here: the Spark
-    retry adds nothing the store sees."""
+    concurrent attempts, twin commits) with its commit log and output on the store, and
+    driver kills at random moments, whose last run goes to the end (every batch end to
+    end in Spark with everything on the store: the end-to-end case adds nothing to it).
+    A task retried after it prepared is the in-process matrix's
+    ``task_fail_after_prepare`` here: the Spark retry adds nothing the store sees."""
 
     test_task_retry_reuses_the_transaction_id = None
+    test_end_to_end_several_batches = None
 
     def output(self, workdir: str) -> str:
         return f"{self.s3_dir}/output"

@@ -60,3 +60,15 @@ def test_topics_are_known_per_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigurationError, match="does not exist on cluster-b"):
         sink(bootstrap_servers="cluster-b:9092").require_topics(["events"])
     assert asked == ["cluster-a:9092", "cluster-b:9092"]
+
+
+def test_under_an_object_store_checkpoint_staging_goes_on_the_store_by_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cloud job needs no shared POSIX path: without staging_dir a staged sink stages
+    under the checkpoint, on the same store (written with conditional writes)."""
+    from sparkeos.core.objectstore import S3Files
+
+    monkeypatch.delenv("SPARKEOS_KAFKA_STAGING_DIR", raising=False)
+    bound = sink(staging_dir=None).for_checkpoint("s3a://lake/ckpt/q1/", "orders")
+    assert bound.staging_dir == "s3a://lake/ckpt/q1/sparkeos-staging/orders"
+    assert isinstance(bound.staging.files, S3Files) and not bound.shared_paths()

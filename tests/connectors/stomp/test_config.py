@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -125,3 +126,19 @@ def test_source_options_round_trip_through_spark_options() -> None:
     ("ActiveMQ/5.17.2", "activemq"), ("RabbitMQ/3.10.8", "rabbitmq"), (None, "other")])
 def test_the_broker_kind_comes_from_the_server_header(server: str | None, kind: str) -> None:
     assert broker_kind(server) == kind
+
+
+def test_staging_may_be_on_hdfs_or_an_object_store(monkeypatch):
+    """Staging and the PUBLISHED records go through core.files: a POSIX path is made
+    absolute, an object store's URI kept (no shared mount needed, none checked)."""
+    from sparkeos.connectors.stomp import StompSink
+    from sparkeos.core.objectstore import S3Files
+
+    monkeypatch.delenv("SPARKEOS_WEBHDFS_PORT", raising=False)
+    on_s3 = StompSink("stomp://h:61613", destination="q", staging_dir="s3a://lake/stomp/")
+    assert isinstance(on_s3.staging.files, S3Files) and not on_s3.shared_paths()
+    assert on_s3.staging.root == "s3a://lake/stomp"
+    on_hdfs = StompSink("stomp://h:61613", destination="q", staging_dir="hdfs://nn:8020/s")
+    assert on_hdfs.staging.root == "webhdfs://nn:9870/s"
+    local = StompSink("stomp://h:61613", destination="q", staging_dir="rel/dir")
+    assert local.staging.root == os.path.abspath("rel/dir") and local.shared_paths()
