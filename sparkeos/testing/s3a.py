@@ -64,8 +64,6 @@ def start_local_store(bucket: str) -> str:
     takes, unless set), make ``bucket``; its endpoint."""
     import re
 
-    import boto3
-
     out = subprocess.run(["bash", _SCRIPT, "start"], cwd=_ROOT, capture_output=True,
                          text=True, timeout=600)
     found = re.search(r"s3=(\S+)", out.stdout)
@@ -76,9 +74,16 @@ def start_local_store(bucket: str) -> str:
     for name, value in LOCAL_CREDENTIALS.items():
         os.environ.setdefault(name, value)
     os.environ["AWS_ENDPOINT_URL_S3"] = endpoint
+    make_bucket(endpoint, bucket)
+    return endpoint
+
+
+def make_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` on ``endpoint`` unless this account has it already."""
+    import boto3
+
     client = boto3.client("s3", endpoint_url=endpoint)
     try:
         client.create_bucket(Bucket=bucket)
     except client.exceptions.BucketAlreadyOwnedByYou:
         pass
-    return endpoint

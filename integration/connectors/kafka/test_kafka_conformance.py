@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from integration.fixtures.hdfs import CheckpointOnHdfs
-from integration.fixtures.s3 import PrefixOnS3
+from integration.fixtures.s3 import StagingOnS3
 from sparkeos.connectors.kafka import read_topic
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
@@ -95,7 +95,7 @@ class TestKafkaSinkStagedHdfs(TaskCommitClusterConformance, SampledConformance,
 
 
 @pytest.mark.s3
-class TestKafkaSinkStagedS3(SampledConformance, PrefixOnS3, TestKafkaSinkStaged):
+class TestKafkaSinkStagedS3(SampledConformance, StagingOnS3, TestKafkaSinkStaged):
     """Staging on an S3-compatible object store: phase 1 PUTs each attempt's staged
     file (its prefix claimed by a conditional PUT), phase 2 (in Spark tasks) reads it
     back; every in-process case (the crash matrix, concurrent attempts, twin commits,
@@ -104,13 +104,6 @@ class TestKafkaSinkStagedS3(SampledConformance, PrefixOnS3, TestKafkaSinkStaged)
     ``task_fail_after_prepare`` here: the Spark retry adds nothing the store sees."""
 
     test_task_retry_reuses_the_transaction_id = None
-
-    def sink_spec(self, workdir: str) -> dict[str, Any]:
-        spec = super().sink_spec(workdir)
-        return {**spec, "kwargs": {**spec["kwargs"], "staging_dir": self.staging(workdir)}}
-
-    def staging(self, workdir: str) -> str:
-        return f"{self.s3_dir}/staging"
 
     def leftovers(self, workdir: str) -> list[str] | None:
         return self.s3_names(self.staging(workdir))

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from integration.fixtures.s3 import PrefixOnS3
+from integration.fixtures.s3 import StagingOnS3
 from integration.stomp_helpers import drain, queue_depth_artemis
 from sparkeos.testing.conformance import (
     ConnectorConformance,
@@ -84,7 +84,7 @@ class TestStompSinkArtemis(SampledDriverKills, ConnectorConformance):
 
 
 @pytest.mark.s3
-class TestStompSinkStagedS3(InProcessConformance, PrefixOnS3, TestStompSinkArtemis):
+class TestStompSinkStagedS3(InProcessConformance, StagingOnS3, TestStompSinkArtemis):
     """Staging and the PUBLISHED records on an S3-compatible object store: every
     in-process case (the crash matrix, concurrent attempts, twin commits, sweeps)
     against the store and the broker. The Spark cases reach the store the same way as
@@ -92,13 +92,6 @@ class TestStompSinkStagedS3(InProcessConformance, PrefixOnS3, TestStompSinkArtem
     soak (bookkeeping stays bounded) is the plain suite's."""
 
     test_soak_many_tiny_batches_stay_bounded = None
-
-    def sink_spec(self, workdir: str) -> dict[str, Any]:
-        spec = super().sink_spec(workdir)
-        return {**spec, "kwargs": {**spec["kwargs"], "staging_dir": self.staging(workdir)}}
-
-    def staging(self, workdir: str) -> str:
-        return f"{self.s3_dir}/staging"
 
     def leftovers(self, workdir: str) -> list[str] | None:
         return [n for n in self.s3_names(self.staging(workdir)) if n != "published"]
