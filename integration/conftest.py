@@ -23,11 +23,31 @@ if not os.environ.get("SPARKEOS_S3_ENDPOINT"):
         os.environ.setdefault(_name, _value)
 
 
+def machine_wide(item: pytest.Item) -> str | None:
+    """The one-per-machine thing a test runs on, if any: ``./run test`` runs two pytest
+    workers (pytest-xdist, ``--dist loadgroup``), and the tests of each such thing go to
+    one worker, one after the other. The local Spark cluster (fixed ports, and its cores:
+    a second application would wait for them); a local Spark Connect server (pyspark
+    starts it on port 15002). Everything else a test uses is its own (directories, topics,
+    tables, queues, prefixes with a random part) or shared safely (services.shared_local)."""
+    if "spark_cluster" in getattr(item, "fixturenames", ()):
+        return "spark-cluster"
+    cls = getattr(item, "cls", None)
+    if (item.get_closest_marker("connect") or getattr(cls, "connect", False)
+            or item.nodeid.startswith("integration/test_docs.py")):
+        return "spark-connect"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = os.path.dirname(__file__)
     for item in items:
         if str(item.fspath).startswith(root):
             item.add_marker(pytest.mark.spark)
+            group = machine_wide(item)
+            if group:
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -8,6 +8,9 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 DIR=${SPARKEOS_SERVICES_DIR:-$REPO/.services}/jars
 mkdir -p "$DIR"
+# Two sessions may fetch at once (./run test runs two pytest workers): one at a time.
+exec 9>>"$DIR/.lock"
+flock -w 600 9 || { echo "jars.sh: could not lock $DIR/.lock within 600 s" >&2; exit 1; }
 paths=()
 for coordinate in "$@"; do
   IFS=: read -r group artifact version <<<"$coordinate"

@@ -27,7 +27,7 @@
 #                                    default: the Spark version, then known fallbacks
 set -euo pipefail
 
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, pids, ports
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, take_lock, pids, ports
 
 KAFKA_VERSION="${SPARKEOS_KAFKA_VERSION:-4.3.1}"
 LOG4J_VERSION="2.25.4"          # log4j2 binding for slf4j 1.x (what Kafka 4.x logs through)
@@ -234,6 +234,7 @@ wait_ready() { # $1 = pid; returns when the broker answers, dies on exit or time
 }
 
 cmd_start() {
+  take_lock "$KDIR"
   local pid
   if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then   # already running (or still starting): just wait for it
     wait_ready "$pid"
@@ -261,7 +262,10 @@ cmd_start() {
   echo "bootstrap=$HOST:$PORT"
 }
 
-cmd_stop() { stop_pidfile "$PIDFILE" pid_is_ours; }
+cmd_stop() {
+  take_lock "$KDIR"
+  stop_pidfile "$PIDFILE" pid_is_ours
+}
 
 cmd_status() {
   service_status "$PIDFILE" pid_is_ours "bootstrap=$HOST:$PORT version=$KAFKA_VERSION" "bootstrap=$HOST:$PORT" \

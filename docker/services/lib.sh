@@ -84,6 +84,12 @@ mvn_copy() { # $1=dir with pom.xml, $2=output dir (created fresh)
 fetch_jars() {
   local lib="$1" pomdir="$2" artifact="$3" marker="$1/$4" what="$5" t0=$SECONDS
   if [[ -f "$marker" ]]; then cat >/dev/null; return 0; fi
+  # Two sessions may fetch at once (./run test runs two pytest workers): one fetches,
+  # the other waits for it and finds the jars. fd 8: take_lock's fd 9 may be held.
+  mkdir -p "$(dirname "$lib")"
+  exec 8>>"$lib.lock"
+  flock -w 600 8 || die "could not lock $lib.lock within 600 s"
+  if [[ -f "$marker" ]]; then cat >/dev/null; exec 8>&-; return 0; fi
   log "fetching $what jars from Maven Central ..."
   mkdir -p "$pomdir"
   write_pom "$pomdir/pom.xml" "$artifact"
@@ -91,6 +97,7 @@ fetch_jars() {
   rm -rf "$lib"
   mv "$lib.tmp" "$lib"
   touch "$marker"
+  exec 8>&-
   log "$what jars: $(ls "$lib" | wc -l) files, $(du -sh "$lib" | cut -f1), $((SECONDS - t0)) s"
 }
 

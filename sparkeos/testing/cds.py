@@ -16,6 +16,7 @@ archive that does not fit is ignored by the JVM (it starts as usual). Sessions m
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -46,6 +47,16 @@ def ensure_archive(directory: str) -> str | None:
     if os.path.exists(path):
         return path
     os.makedirs(directory, exist_ok=True)
+    # Two test sessions may start at once (./run test runs two pytest workers): one
+    # makes the archive, the other waits for it.
+    with open(os.path.join(directory, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path):
+            return path
+        return _make(path, directory)
+
+
+def _make(path: str, directory: str) -> str | None:
     handle, temp = tempfile.mkstemp(prefix=".spark-cds-", suffix=".jsa", dir=directory)
     os.close(handle)
     os.unlink(temp)  # the JVM creates it at exit

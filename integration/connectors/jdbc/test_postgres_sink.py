@@ -15,18 +15,14 @@ import pyarrow as pa
 import pytest
 
 from integration.connectors.jdbc.support import (
-    REPO,
     ArrowRunner,
     Names,
-    PgServer,
     coordinator,
     id_batch,
     ids_runner,
     marker_rows,
     memory_log,
     prepared_gids,
-    run_script,
-    script_dsn,
     sink_for,
     table_ids,
 )
@@ -459,15 +455,17 @@ def test_upsert_needs_a_unique_key(pg_server, names, admin):
         sink.validate(id_batch([1], v=["a"]).schema)
 
 
-def test_postgres_restart_between_prepare_and_commit(pg_server, names, admin):
-    sink = sink_for(pg_server, names)
+def test_postgres_restart_between_prepare_and_commit(tiny_server, names):
+    # A private server: the session's is shared with the other pytest worker's tests.
+    dsn = tiny_server(8)
+    sink = PostgresSink(dsn=dsn, table=names.table, marker_table=names.marker,
+                        create_table=True)
     log = memory_log()
     coordinator(sink, log, names).run_batch(0, ids_runner([[1], [2]]))  # pools connections
     with pytest.raises(InjectedCrash):
         coordinator(sink, log, names, FaultPlan("after_decided", 1, simulate=True)
                     ).run_batch(1, ids_runner([[3], [4]]))
-    admin.close()
-    pg_server.stop()
+    tiny_server.stop()
     try:
         # Server down: the commit is retriable, the message names the server, the batch
         # stays decided.
@@ -476,10 +474,10 @@ def test_postgres_restart_between_prepare_and_commit(pg_server, names, admin):
         assert "127.0.0.1" in str(info.value) or "localhost" in str(info.value)
         assert log.batches()[1].needs_commit
     finally:
-        pg_server.start()
+        tiny_server.start()
     import psycopg2
 
-    check = psycopg2.connect(pg_server.dsn)
+    check = psycopg2.connect(dsn)
     check.autocommit = True
     try:
         assert len(prepared_gids(check, names)) == 2  # prepared transactions survived
@@ -496,18 +494,21 @@ def test_lost_connection_mid_write_fails_the_batch_then_rerun_works(pg_server, n
     sink = sink_for(pg_server, names)
     log = memory_log()
 
+    # This test's sink sessions only: the server is shared with other tests' sinks.
+    ours = f"{names.gid_prefix()}%"
+
     def kill_writer(partition: int, attempt: int) -> None:
-        if partition == 1:  # partition 0 prepared; now cut every other sink session
+        if partition == 1:  # partition 0 prepared; now cut this test's other sessions
             with admin.cursor() as cur:
                 cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                            "application_name LIKE 'seos-%' AND pid <> pg_backend_pid()")
+                            "application_name LIKE %s AND pid <> pg_backend_pid()", (ours,))
 
     sink.validate(id_batch([1]).schema)
     pool = TransactionPool(names.query_key, "pg")
     handle = sink.begin(pool.transaction(5, 0, 0, 0))
     with admin.cursor() as cur:
         cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                    "application_name LIKE 'seos-%' AND pid <> pg_backend_pid()")
+                    "application_name LIKE %s AND pid <> pg_backend_pid()", (ours,))
     with pytest.raises(RetriableError, match="writing 1 rows failed") as info:
         sink.write(handle, id_batch([1]))
     assert "restarting the query re-runs it" in str(info.value)
@@ -544,51 +545,6 @@ def test_sqlalchemy_url_and_pickling(pg_server, names, admin):
     assert table_ids(admin, names.table) == [1, 2, 3]
     rebuilt = PostgresSink.from_description({**sink.describe()})
     assert rebuilt.table == sink.table and rebuilt.marker_table == sink.marker_table
-
-
-@pytest.fixture
-def tiny_server(pg_server: PgServer):
-    """A second private server with a settable max_prepared_transactions: a container of
-    the session's image, or a second server of the local script."""
-    if pg_server.kind == "containers":
-        from integration.fixtures import services
-        from integration.fixtures.postgres import postgres_container
-
-        image = services.choice(services.POSTGRES).detail
-        # One server whose setting changes between restarts, as with the script: the
-        # data stays. The setting goes to postgresql.auto.conf, so none is on the
-        # command line (which would win).
-        with postgres_container(image, max_prepared=None) as (dsn, container):
-            def set_max_prepared(max_prepared: int) -> str:
-                import psycopg2
-
-                conn = psycopg2.connect(dsn)
-                conn.autocommit = True
-                with conn.cursor() as cur:
-                    cur.execute(f"ALTER SYSTEM SET max_prepared_transactions = {max_prepared}")
-                conn.close()
-                container.stop()
-                container.start()
-                return dsn
-
-            yield set_max_prepared
-        return
-    if pg_server.kind != "local":
-        pytest.skip("starts a second server: needs a container or the local script")
-    env = {"SPARKEOS_SERVICES_DIR": str(REPO / ".services" / "pg-tiny"),
-           "SPARKEOS_PG_PORT": "25499", "SPARKEOS_PG_MAX_PREPARED": "0"}
-    servers: list[dict[str, str]] = []
-
-    def start(max_prepared: int) -> str:
-        env["SPARKEOS_PG_MAX_PREPARED"] = str(max_prepared)
-        if servers:
-            run_script("stop", env)
-        servers.append(dict(env))
-        return script_dsn(run_script("start", env)[1])
-
-    yield start
-    if servers:
-        run_script("stop", env)
 
 
 def test_prepared_transactions_disabled_or_used_up(tiny_server, names):
