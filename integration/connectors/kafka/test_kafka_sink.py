@@ -380,12 +380,16 @@ def test_spark_kafka_jars_and_source_arguments(monkeypatch: pytest.MonkeyPatch,
 
 @pytest.mark.chaos
 def test_broker_restart_between_decision_and_commit(
-        kafka_broker: Any, topic: str, tmp_path: Any) -> None:
+        private_kafka: Any, tmp_path: Any) -> None:
     """The broker is down when a decided batch must be committed: a retriable error,
-    nothing lost; once it is back, the restart commits the batch exactly once."""
+    nothing lost; once it is back, the restart commits the batch exactly once. A broker
+    of the test's own: other tests use the session's at the same time."""
     from sparkeos.core.faults import FaultPlan, InjectedCrash
 
+    kafka_broker = private_kafka
     kafka_bootstrap = kafka_broker.bootstrap
+    topic = unique_name(str(tmp_path))
+    create_topic(kafka_bootstrap, topic, partitions=2)
     sink = make_sink(kafka_bootstrap, topic, tmp_path, timeout_s=5.0)
     log = CommitLog(LocalStore(str(tmp_path / "log")))
     config = CoordinatorConfig(name="kafka-it")
