@@ -23,6 +23,11 @@ def log(event, **kw):
     with open(LOG, "a") as f:
         f.write(json.dumps({"event": event, "pid": os.getpid(), **kw}) + "\n")
 
+def latest(directory):
+    names = [int(n) for n in os.listdir(directory) if n.isdigit()] if os.path.isdir(directory) else []
+    return max(names) if names else None
+
+
 @dataclass
 class Msg(WriterCommitMessage):
     partition: int
@@ -33,7 +38,11 @@ class Msg(WriterCommitMessage):
 class ExpWriter(DataSourceStreamWriter):
     def __init__(self, options, schema):
         self.options = dict(options)
-        log("streamWriter", options=self.options, schema=str(schema))
+        # The batch being planned: Spark writes offsets/<N> before it plans batch N.
+        checkpoint = self.options["checkpointlocation"]
+        self.planned = latest(os.path.join(checkpoint, "offsets"))
+        log("streamWriter", options=self.options, schema=str(schema),
+            latest_offsets=self.planned, latest_commit=latest(os.path.join(checkpoint, "commits")))
 
     def write(self, iterator):
         from pyspark import TaskContext
@@ -41,7 +50,7 @@ class ExpWriter(DataSourceStreamWriter):
         n = sum(1 for _ in iterator)
         props = {k: ctx.getLocalProperty(k) for k in
                  ("sql.streaming.queryId", "streaming.sql.batchId", "spark.jobGroup.id")}
-        log("write", partition=ctx.partitionId(), attempt=ctx.attemptNumber(), rows=n, props=props)
+        log("write", planned=self.planned, partition=ctx.partitionId(), attempt=ctx.attemptNumber(), rows=n, props=props)
         return Msg(ctx.partitionId(), ctx.attemptNumber(), n, props)
 
     def commit(self, messages, batchId):
