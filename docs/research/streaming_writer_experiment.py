@@ -24,7 +24,9 @@ def log(event, **kw):
         f.write(json.dumps({"event": event, "pid": os.getpid(), **kw}) + "\n")
 
 def latest(directory):
-    names = [int(n) for n in os.listdir(directory) if n.isdigit()] if os.path.isdir(directory) else []
+    if not os.path.isdir(directory):
+        return None
+    names = [int(n) for n in os.listdir(directory) if n.isdigit()]
     return max(names) if names else None
 
 
@@ -50,7 +52,8 @@ class ExpWriter(DataSourceStreamWriter):
         n = sum(1 for _ in iterator)
         props = {k: ctx.getLocalProperty(k) for k in
                  ("sql.streaming.queryId", "streaming.sql.batchId", "spark.jobGroup.id")}
-        log("write", planned=self.planned, partition=ctx.partitionId(), attempt=ctx.attemptNumber(), rows=n, props=props)
+        log("write", planned=self.planned, partition=ctx.partitionId(),
+            attempt=ctx.attemptNumber(), rows=n, props=props)
         return Msg(ctx.partitionId(), ctx.attemptNumber(), n, props)
 
     def commit(self, messages, batchId):
