@@ -6,8 +6,10 @@ Everything under integration/ gets the ``spark`` marker automatically. Chaos tes
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,30 +26,61 @@ if not os.environ.get("SPARKEOS_S3_ENDPOINT"):
 
 
 def machine_wide(item: pytest.Item) -> str | None:
-    """The one-per-machine thing a test runs on, if any: ``./run test`` runs two pytest
-    workers (pytest-xdist, ``--dist loadgroup``), and the tests of each such thing go to
-    one worker, one after the other. The local Spark cluster (fixed ports, and its cores:
-    a second application would wait for them); a local Spark Connect server (pyspark
-    starts it on port 15002). Everything else a test uses is its own (directories, topics,
-    tables, queues, prefixes with a random part) or shared safely (services.shared_local)."""
+    """The one-per-machine thing a test runs on, if any: the local Spark cluster (fixed
+    ports, and its cores: a second application would wait for them), or a local Spark
+    Connect server (pyspark starts it on port 15002). ``./run test`` runs two pytest
+    workers; ``one_at_a_time`` lets one test at a time use each such thing. Everything
+    else a test uses is its own (directories, topics, tables, queues, prefixes with a
+    random part) or shared safely (``services.shared_local``)."""
     if "spark_cluster" in getattr(item, "fixturenames", ()):
         return "spark-cluster"
     cls = getattr(item, "cls", None)
+    callspec = getattr(item, "callspec", None)
+    code = callspec.params.get("code", "") if callspec is not None else ""
     if (item.get_closest_marker("connect") or getattr(cls, "connect", False)
-            or item.nodeid.startswith("integration/test_docs.py")):
+            or (item.nodeid.startswith("integration/test_docs.py") and "sc://" in code)):
         return "spark-connect"
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = os.path.dirname(__file__)
     for item in items:
         if str(item.fspath).startswith(root):
             item.add_marker(pytest.mark.spark)
-            group = machine_wide(item)
-            if group:
-                item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An exclusive lock (flock, across the pytest sessions of this checkout) on the
+    one-per-machine thing the test uses, held for the whole test."""
+    thing = machine_wide(request.node)
+    if thing is None:
+        yield
+        return
+    from integration.fixtures.services import services_dir
+
+    locks = services_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{thing}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[str]:
+    """The plugin's standalone cluster, shared by the sessions of ``./run test``'s
+    workers: the last one to leave stops it, if a session started it."""
+    from integration.fixtures.services import shared_local
+    from sparkeos.testing import cluster
+
+    config = cluster.ClusterConfig.default()
+    with shared_local("spark-cluster", lambda: cluster.status(config),
+                      lambda: cluster.start(config), lambda: cluster.stop(config)) as master:
+        yield master
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
