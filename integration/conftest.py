@@ -6,7 +6,6 @@ Everything under integration/ gets the ``spark`` marker automatically. Chaos tes
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 from collections.abc import Iterator
@@ -58,16 +57,10 @@ def one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     if thing is None:
         yield
         return
-    from integration.fixtures.services import services_dir
+    from integration.fixtures.services import exclusive, services_dir
 
-    locks = services_dir() / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{thing}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with exclusive(services_dir() / "locks" / f"{thing}.lock"):
+        yield
 
 
 @pytest.fixture(scope="session")
