@@ -39,6 +39,16 @@ Layout = dict[str, tuple[int, int]]
 """Each member's (offset, count) among the group's participants."""
 
 
+@dataclass(frozen=True)
+class Opened:
+    """A run that began: its state, number, plan and the members' schemas."""
+
+    state: BatchState
+    run: int
+    layout: Layout
+    schemas: Mapping[str, pa.Schema]
+
+
 @dataclass
 class ExactlyOnceBatch:
     """One run of one batch under exactly-once, in the order of the protocol."""
@@ -49,8 +59,21 @@ class ExactlyOnceBatch:
     batch_id: int
     runners: dict[str, BatchRunner]
     metrics: BatchMetrics
+    check_participants: bool = True
+    """Ask each sink whether it takes the plan's participant count (off where the count
+    is only an upper bound set by the user: the format route's ``maxPartitions``)."""
 
     def run(self) -> None:
+        opened = self.open()
+        if opened is None:
+            return
+        participants = self.prepare(opened)
+        self.decide(opened.state, opened.run, participants, opened.schemas)
+        self.commit(opened.state)
+
+    def open(self) -> Opened | None:
+        """Everything before phase 1: recovery, the checks, the plan and ``begun``.
+        None when the batch needs no phase 1 (decided before, or without partitions)."""
         m = self.metrics
         t_recover = time.perf_counter()
         m.recovered = self.recovery.recover(self.runners)
@@ -59,18 +82,16 @@ class ExactlyOnceBatch:
         state = states.get(self.batch_id)
         if state is not None and (state.finished is not None or state.decided is not None):
             self.replay()
-            return
+            return None
         schemas = {member: self.runners[member].arrow_schema()
                    for member in self.scope.members}
         self.checks.before_writing(self.batch_id, schemas)
         layout = self.plan()
         if sum(count for _offset, count in layout.values()) == 0:
             self.finish_empty(states)
-            return
+            return None
         state, run = self.begin(states, state, layout)
-        participants = self.prepare(state, run, layout)
-        self.decide(state, run, participants, schemas)
-        self.commit(state)
+        return Opened(state, run, layout, schemas)
 
     def replay(self) -> None:
         """Invariant 3: the batch was decided before; its commits are done by recovery,
@@ -85,7 +106,7 @@ class ExactlyOnceBatch:
         """The participants of every member, each sink asked whether it takes them."""
         layout = member_layout(self.scope.members, self.runners)
         for member, part in self.scope.members.items():
-            if layout[member][1]:
+            if layout[member][1] and self.check_participants:
                 part.check_participants(layout[member][1])
         self.metrics.partitions = sum(count for _offset, count in layout.values())
         return layout
@@ -116,28 +137,39 @@ class ExactlyOnceBatch:
         self.scope.faults.driver("after_begun", batch_id)
         return state, run
 
-    def prepare(self, state: BatchState, run: int, layout: Layout) -> list[dict[str, Any]]:
+    def prepare(self, opened: Opened) -> list[dict[str, Any]]:
         """Phase 1: every task attempt of every member writes and prepares its own
         transaction; any failure aborts the run."""
-        m, scope = self.metrics, self.scope
-        t0 = time.perf_counter()
+        scope, t0 = self.scope, time.perf_counter()
         try:
             results: list[TaskResult] = []
             for member, part in scope.members.items():
-                offset, count = layout[member]
+                offset, count = opened.layout[member]
                 if count:
                     results += self.runners[member].run_tasks(PrepareTask(
-                        part, scope.pool, self.batch_id, run, count,
+                        part, scope.pool, self.batch_id, opened.run, count,
                         scope.config.task_attempts, scope.faults, offset, member))
-            participants = check_results(scope.name, self.batch_id, layout, results)
+        except Exception as exc:
+            self.recovery.abort_run(opened.state, opened.run, exc)
+            raise phase1_error(exc, scope.name, self.batch_id) from exc
+        return self.accept(opened, results, t0)
+
+    def accept(self, opened: Opened, results: list[TaskResult],
+               started: float | None = None) -> list[dict[str, Any]]:
+        """The end of phase 1: one result per partition, each member's
+        ``before_decision``; a failure aborts the run."""
+        m, scope = self.metrics, self.scope
+        try:
+            participants = check_results(scope.name, self.batch_id, opened.layout, results)
             m.partitions = len(participants)
             for member, part in scope.members.items():
                 part.before_decision(self.batch_id, [p["receipt"] for p in participants
                                                      if p.get("member", SINGLE) == member])
         except Exception as exc:
-            self.recovery.abort_run(state, run, exc)
+            self.recovery.abort_run(opened.state, opened.run, exc)
             raise phase1_error(exc, scope.name, self.batch_id) from exc
-        m.prepare_ms = ms_since(t0)
+        if started is not None:
+            m.prepare_ms = ms_since(started)
         m.rows = sum(int(r["rows"]) for r in results)
         scope.faults.driver("after_all_prepared", self.batch_id)
         return participants

@@ -5,8 +5,14 @@
 
     df.writeStream.foreachBatch(exactly_once(FileSink("/data/out"), name="out"))
 
+Or, after ``sparkeos.register(spark)``, as a format of Spark's own:
+
+    df.writeStream.format("sparkeos-parquet").option("path", "/data/out")
+
 Connectors live in ``sparkeos.connectors.<name>`` and import their drivers lazily.
 """
+
+from typing import Any as _Any
 
 from sparkeos.core import (
     BatchMetrics,
@@ -26,6 +32,14 @@ from sparkeos.core import (
 
 __version__ = "0.1.0"
 
+
+def register(spark: _Any) -> list[str]:
+    """Register every sparkeos format (``sparkeos-parquet``...) with ``spark``."""
+    from sparkeos.formats import register as _register
+
+    return _register(spark)
+
+
 __all__ = [
     "BatchMetrics",
     "CommitLogError",
@@ -40,5 +54,6 @@ __all__ = [
     "__version__",
     "at_least_once",
     "exactly_once",
+    "register",
     "with_guarantee",
 ]

@@ -53,6 +53,10 @@ class JobSpec:
     connect: bool = False
     """Run through Spark Connect (``SparkSession.builder.remote(master)``: a local
     Connect server for ``local[...]``); a driver crash kills the whole job."""
+    route: str = "foreachBatch"
+    """``"format"``: write through the sink's Spark format (``sparkeos.register``);
+    ``sink`` is then ``{"format": name, "options": {...}}``. A driver crash, reached in
+    Spark's Python workers there, kills the whole job."""
 
 
 @dataclass
@@ -299,10 +303,12 @@ def _session(settings: dict[str, Any], app_name: str) -> Any:
     from sparkeos.core.spark import connect_session, local_session
 
     conf = {**SHORT_JOB_CONF, **settings["spark_conf"]}
-    if settings["connect"]:
-        # The batch function runs in the Connect server's Python process: a driver
-        # crash there kills this job's whole process group (run_job_process made it).
+    if settings["connect"] or settings.get("route") == "format":
+        # The batch function runs in the Connect server's Python process, a format's
+        # protocol steps in Spark's Python workers: a driver crash there kills this
+        # job's whole process group (run_job_process made it).
         os.environ[KILL_GROUP_ENV] = str(os.getpgid(0))
+    if settings["connect"]:
         return connect_session(app_name, settings["master"], conf)
     return local_session(app_name, settings["master"], conf)
 
@@ -374,6 +380,8 @@ def run_spec(spec: JobSpec, spark: Any, timeout: float | None = None) -> int:
           .option("maxFilesPerTrigger", spec.max_files_per_trigger).json(spec.input))
     if spec.partitions:
         df = df.repartition(spec.partitions)
+    if spec.route == "format":
+        return run_format_spec(spec, spark, df, timeout)
     factory = load_factory(spec.sink["factory"])
     target = factory(**spec.sink.get("kwargs", {}))
     ship_to_workers(factory, target)
@@ -398,6 +406,33 @@ def run_spec(spec: JobSpec, spark: Any, timeout: float | None = None) -> int:
         metrics = [m.as_dict() for m in recorded]
         with open(spec.metrics_file, "w") as fh:
             json.dump(metrics, fh)
+    return 0
+
+
+def format_options(spec: JobSpec) -> dict[str, str]:
+    """The options of a format-route job: the sink's, the query's checkpoint, and the
+    spec's name, guarantee and coordinator settings as ``sparkeos.*`` options."""
+    from sparkeos.core.streamformat import SETTINGS
+
+    options = {str(k): str(v) for k, v in spec.sink.get("options", {}).items()}
+    options["checkpointLocation"] = spec.checkpoint
+    options["sparkeos.name"] = spec.name
+    options["sparkeos.guarantee"] = spec.mode
+    by_field = {field: option for option, (field, _kind) in SETTINGS.items()}
+    for key, value in spec.settings.items():
+        if key in by_field:
+            options[f"sparkeos.{by_field[key]}"] = str(value)
+    return options
+
+
+def run_format_spec(spec: JobSpec, spark: Any, df: Any, timeout: float | None) -> int:
+    """``run_spec`` through the sink's format: ``df.writeStream.format(...)``."""
+    import sparkeos
+
+    sparkeos.register(spark)
+    query = (df.writeStream.format(spec.sink["format"]).options(**format_options(spec))
+             .trigger(availableNow=True).start())
+    await_query(query, timeout, f"job {spec.name}")
     return 0
 
 

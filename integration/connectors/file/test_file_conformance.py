@@ -20,6 +20,7 @@ from sparkeos.testing.conformance import (
     ClusterConformance,
     ConnectConformance,
     ConnectorConformance,
+    FormatConformance,
     SampledConformance,
     assert_exactly_once,
 )
@@ -215,3 +216,10 @@ def test_a_connector_outside_the_package_reaches_the_executors(tmp_path: Any,
     result = run_job_process(spec, env={"PYTHONPATH": str(connector)})
     assert result.returncode == 0, result.tail()
     assert_exactly_once(read_output(out).column("id").to_pylist(), expected)
+
+
+class TestFileSinkFormat(FormatConformance, TestFileSinkParquet):
+    """The file sink through ``writeStream.format("sparkeos-parquet")``."""
+
+    def format_spec(self, workdir: str) -> dict[str, Any]:
+        return {"format": "sparkeos-parquet", "options": {"path": self.output(workdir)}}

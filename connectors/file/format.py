@@ -1,0 +1,42 @@
+"""The file sink as Spark formats: ``writeStream.format("sparkeos-parquet")`` and
+``format("sparkeos-json")`` take what Spark's ``parquet`` and ``json`` sinks take where
+the file sink can honour it (``path``, Parquet's ``compression``), and the ``sparkeos.*``
+options every format shares (``core.streamformat``)."""
+
+from __future__ import annotations
+
+from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.streamformat import Options, SinkFormat
+
+from .sink import FileSink
+
+
+class ParquetFormat(SinkFormat):
+    """``format("sparkeos-parquet")``: Parquet part files under ``path``."""
+
+    format_name = "sparkeos-parquet"
+
+    def make_sink(self, options: Options) -> FileSink:
+        return FileSink(path=options.require("path", '"/data/out"'), format="parquet",
+                        compression=options.get("compression") or "snappy",
+                        fsync=options.flag("sparkeos.fsync", True))
+
+
+class JsonFormat(SinkFormat):
+    """``format("sparkeos-json")``: JSON Lines part files under ``path`` (one JSON
+    object per row, as Spark's ``json`` sink writes them)."""
+
+    format_name = "sparkeos-json"
+
+    def make_sink(self, options: Options) -> FileSink:
+        compression = (options.get("compression") or "none").lower()
+        if compression not in ("none", "uncompressed"):
+            raise ConfigurationError(
+                f"the sparkeos-json format writes uncompressed files (compression="
+                f"{compression!r} was asked)",
+                fix='drop the compression option, or use format("sparkeos-parquet")')
+        return FileSink(path=options.require("path", '"/data/out"'), format="jsonl",
+                        fsync=options.flag("sparkeos.fsync", True))
+
+
+FORMATS = (ParquetFormat, JsonFormat)

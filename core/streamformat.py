@@ -1,0 +1,275 @@
+"""``df.writeStream.format("sparkeos-...")``: a sink as a Spark Python data source.
+
+A connector offers its sink as a format by subclassing ``SinkFormat``: a format name
+and ``make_sink(options)``, which turns Spark-style options into its sink. Everything
+else is here: the options every format shares (``checkpointLocation``, the
+``sparkeos.*`` settings), and the streaming writer that runs the protocol through
+``core.formatbatch`` in the three places Spark calls it:
+
+* ``streamWriter()`` when Spark plans a batch: recovery, the checks, ``begun``;
+* ``write()`` in every task: phase 1, the receipt as the commit message;
+* ``commit()`` / ``abort()`` after the tasks: the decision and phase 2, or the roll back.
+
+Spark calls ``streamWriter()`` a second time in the process that commits, before
+``commit``; there it must not begin another run. The two calls differ only by the
+worker module Spark runs (``_COMMIT_WORKER``), which is read from the call stack.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from .config import CoordinatorConfig, Guarantee
+from .errors import ConfigurationError
+from .formatbatch import FormatQuery, PlannedBatch, run_task
+from .protocol import TransactionalSink
+
+try:  # pyspark >= 4.0; the module imports without it (the CLI, connectors' own tests)
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
+except ImportError:  # pragma: no cover - pyspark is a dependency
+    DataSource = DataSourceStreamArrowWriter = WriterCommitMessage = object  # type: ignore
+
+PREFIX = "sparkeos."
+DEFAULT_MAX_PARTITIONS = 200
+"""Spark's default ``spark.sql.shuffle.partitions``: the partition count of most
+streaming aggregations."""
+SPARK_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
+"""Options Spark itself may pass to every format; a format that has no use for them
+ignores them."""
+SETTINGS: dict[str, tuple[str, Any]] = {
+    "guarantee": ("guarantee", str),
+    "taskattempts": ("task_attempts", int),
+    "retainbatches": ("retain_batches", int),
+    "commitparallelism": ("commit_parallelism", int),
+    "leasettlseconds": ("lease_ttl_s", float),
+    "existingoutput": ("existing_output", str),
+}
+"""``sparkeos.<option>`` (any case) and the ``exactly_once(...)`` setting it sets."""
+_MADE: dict[tuple[str, tuple[tuple[str, str], ...]],
+            tuple[TransactionalSink[Any], FormatSettings]] = {}
+_COMMIT_WORKER = "python_streaming_sink_runner.py"
+_PARTITION_COLUMNS = "__partition_columns"
+
+
+class Options:
+    """A format's options (keys lower-cased, as Spark passes them): each read is
+    remembered, and ``finish`` refuses the ones no reader took."""
+
+    def __init__(self, options: Mapping[str, str], format_name: str) -> None:
+        self._values = {str(k).lower(): str(v) for k, v in options.items()}
+        self.format_name = format_name
+        self._read: set[str] = set()
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        key = key.lower()
+        self._read.add(key)
+        return self._values.get(key, default)
+
+    def require(self, key: str, example: str) -> str:
+        value = self.get(key)
+        if not value:
+            raise ConfigurationError(
+                f"the {self.format_name} format needs the option {key!r}",
+                fix=f'.option("{key}", {example})')
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key)
+        if value is None:
+            return default
+        if value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigurationError(f"option {key}={value!r} of {self.format_name} is not "
+                                 "true or false", fix=f'.option("{key}", "true")')
+
+    def integer(self, key: str, default: int) -> int:
+        value = self.get(key)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigurationError(f"option {key}={value!r} of {self.format_name} is not "
+                                     "a whole number", fix=f'.option("{key}", "8")') from None
+
+    def with_prefix(self, prefix: str) -> dict[str, str]:
+        """Every option under ``prefix`` (e.g. ``kafka.``), the prefix removed."""
+        found = {k[len(prefix):]: v for k, v in self._values.items() if k.startswith(prefix)}
+        self._read.update(prefix + k for k in found)
+        return found
+
+    def finish(self) -> None:
+        unknown = sorted(set(self._values) - self._read - SPARK_OPTIONS)
+        if unknown:
+            raise ConfigurationError(
+                f"the {self.format_name} format does not know the option(s) "
+                f"{', '.join(unknown)}",
+                fix="remove them or correct their names (docs/formats.md lists every "
+                "option); nothing was written")
+
+
+@dataclass(frozen=True)
+class FormatSettings:
+    """The options every sparkeos format shares."""
+
+    config: CoordinatorConfig
+    max_partitions: int
+
+    @classmethod
+    def read(cls, options: Options) -> FormatSettings:
+        settings: dict[str, Any] = {}
+        for option, (field, kind) in SETTINGS.items():
+            if options.get(PREFIX + option) is None:
+                continue
+            if kind is int:
+                settings[field] = options.integer(PREFIX + option, 0)
+            else:
+                settings[field] = kind(options.get(PREFIX + option))
+        config = CoordinatorConfig(
+            name=options.get(PREFIX + "name") or "sink",
+            checkpoint_location=options.get("checkpointLocation"),
+            **settings)
+        max_partitions = options.integer(PREFIX + "maxpartitions", DEFAULT_MAX_PARTITIONS)
+        if not 1 <= max_partitions <= 100_000:
+            raise ConfigurationError(
+                f"sparkeos.maxPartitions={max_partitions} must be from 1 to 100000",
+                sink=config.name, fix='.option("sparkeos.maxPartitions", "200")')
+        if config.guarantee is Guarantee.EXACTLY_ONCE and not config.checkpoint_location:
+            raise ConfigurationError(
+                f"the {options.format_name} format needs the query's checkpointLocation as "
+                "an option (Spark does not tell a Python sink where its checkpoint is)",
+                sink=config.name,
+                fix='.option("checkpointLocation", "<durable path>") on writeStream (not '
+                "only spark.sql.streaming.checkpointLocation); nothing was written")
+        return cls(config, max_partitions)
+
+
+class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
+    """Base class of a connector's format: set ``format_name``, implement
+    ``make_sink``. Register it with ``sparkeos.register(spark)`` (or
+    ``spark.dataSource.register(cls)``)."""
+
+    format_name: ClassVar[str] = ""
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.format_name
+
+    def make_sink(self, options: Options) -> TransactionalSink[Any]:
+        """The connector's sink from its options (``options.get``/``require``...)."""
+        raise NotImplementedError
+
+    def _sink_and_settings(self) -> tuple[TransactionalSink[Any], FormatSettings]:
+        """The sink and settings these options make: one sink object per process and
+        configuration, as one foreachBatch adapter keeps its sink for the query run
+        (Spark reuses its Python workers; a sink's own once-per-run state, such as the
+        file sink's shared-directory mark, is not made again every batch)."""
+        key = (self.format_name, tuple(sorted((str(k).lower(), str(v))
+                                              for k, v in self.options.items())))
+        made = _MADE.get(key)
+        if made is None:
+            made = _MADE[key] = self._make()
+        return made
+
+    def _make(self) -> tuple[TransactionalSink[Any], FormatSettings]:
+        options = Options(self.options, self.format_name)
+        columns = options.get(_PARTITION_COLUMNS)
+        if columns not in (None, "", "[]"):
+            raise ConfigurationError(
+                f"the {self.format_name} format does not write partitioned directories "
+                f"(partitionBy {columns})",
+                fix="drop .partitionBy(...), or use foreachBatch with a sink per partition")
+        settings = FormatSettings.read(options)
+        sink = self.make_sink(options)
+        options.finish()
+        return sink, settings
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> FormatWriter:
+        sink, settings = self._sink_and_settings()
+        if overwrite:
+            raise ConfigurationError(
+                f"the {self.format_name} format appends: complete mode (which replaces the "
+                "whole output every batch) is not supported",
+                sink=settings.config.name,
+                fix='use .outputMode("append"), or foreachBatch(exactly_once(...)); nothing '
+                "was written")
+        arrow = arrow_schema(schema)
+        query = FormatQuery(sink, settings.config, settings.max_partitions)
+        planned = None if _committing() else query.plan(arrow)
+        return FormatWriter(query, planned, arrow)
+
+
+@dataclass
+class PreparedPartition(WriterCommitMessage):  # type: ignore[misc, valid-type]
+    """One task's commit message: its phase-1 result (small: the receipt, counts)."""
+
+    result: dict[str, Any]
+
+
+class FormatWriter(DataSourceStreamArrowWriter):  # type: ignore[misc, valid-type]
+    """The streaming writer of one batch. Pickled to the tasks with the plan, never with
+    the query's commit log (each process rebuilds what it needs)."""
+
+    def __init__(self, query: FormatQuery | None, planned: PlannedBatch | None,
+                 schema: pa.Schema) -> None:
+        self.query, self.planned, self.schema = query, planned, schema
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"query": None, "planned": self.planned, "schema": self.schema}
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPartition:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None and self.planned is not None
+        result = run_task(self.planned, ctx.partitionId(), ctx.attemptNumber(),
+                          f"s{ctx.stageId()}-t{ctx.taskAttemptId()}", iterator,
+                          ctx.getLocalProperty)
+        return PreparedPartition(result)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        assert self.query is not None
+        results = [r for r in _results(messages) if r is not None]
+        self.query.commit(int(batchId), results, self.schema)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        assert self.query is not None
+        self.query.abort(int(batchId), _results(messages))
+
+
+def _results(messages: list[WriterCommitMessage | None]) -> list[dict[str, Any] | None]:
+    """The tasks' results (None for a task that failed)."""
+    return [m.result if isinstance(m, PreparedPartition) else None for m in messages]
+
+
+def arrow_schema(schema: Any) -> pa.Schema:
+    """The batch's schema as the checks and the commit log see it (UTC timestamps, as
+    the foreachBatch route records them)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # pyspark < 4.1
+        return to_arrow_schema(schema)
+
+
+def _committing() -> bool:
+    """Whether Spark called ``streamWriter()`` to commit or abort (not to plan)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_COMMIT_WORKER):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+__all__ = ["FormatSettings", "FormatWriter", "Options", "PreparedPartition", "SinkFormat"]

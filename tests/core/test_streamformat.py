@@ -1,0 +1,175 @@
+"""The format route's options and its protocol halves, in process (no Spark): what
+``streamWriter()``, ``write()`` and ``commit()`` run, against a real file sink and a
+checkpoint laid out as Spark lays it out."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from sparkeos.connectors.file import read_output
+from sparkeos.connectors.file.format import JsonFormat, ParquetFormat
+from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
+from sparkeos.core.config import CoordinatorConfig, Guarantee
+from sparkeos.core.errors import CommitLogError, ConfigurationError
+from sparkeos.core.formatbatch import (
+    BATCH_ID_PROPERTY,
+    FormatQuery,
+    PlannedBatch,
+    planned_batch,
+    run_task,
+)
+from sparkeos.core.spark import QUERY_ID_PROPERTY
+from sparkeos.core.streamformat import FormatSettings, Options
+from sparkeos.testing.inprocess import ID_SCHEMA, id_batch
+
+QUERY_ID = "3f0e2d1c-0000-4000-8000-000000000001"
+
+
+def spark_checkpoint(root: Any) -> str:
+    """A checkpoint as Spark leaves it once the query started: its metadata."""
+    os.makedirs(root / "offsets", exist_ok=True)
+    (root / "metadata").write_text(json.dumps({"id": QUERY_ID}) + "\n")
+    return str(root)
+
+
+def offsets_up_to(checkpoint: str, batch_id: int) -> None:
+    """Spark writes ``offsets/<N>`` before it plans batch N."""
+    with open(os.path.join(checkpoint, "offsets", str(batch_id)), "w") as fh:
+        fh.write("v1\n{}\n")
+
+
+def query(checkpoint: str, out: str, **settings: Any) -> FormatQuery:
+    options = {"path": out, "checkpointLocation": checkpoint, "sparkeos.name": "files",
+               **settings}
+    fmt = ParquetFormat(options=options)
+    sink, format_settings = fmt._sink_and_settings()
+    return FormatQuery(sink, format_settings.config, format_settings.max_partitions)
+
+
+def task(planned: PlannedBatch, partition: int, ids: list[int],
+         batch_id: int | None = None) -> dict[str, Any]:
+    props = {BATCH_ID_PROPERTY: str(planned.batch_id if batch_id is None else batch_id),
+             QUERY_ID_PROPERTY: QUERY_ID}
+    return run_task(planned, partition, 0, f"t{partition}", iter([id_batch(ids)]), props.get)
+
+
+def ids_in(out: str) -> Counter[int]:
+    table = read_output(out, "parquet")
+    return Counter(table.column("id").to_pylist() if table.num_rows else [])
+
+
+def staged(out: str) -> list[str]:
+    return [n for n in os.listdir(os.path.join(out, ".sparkeos-staging")) if n[0] != "."]
+
+
+def test_a_batch_planned_written_and_committed_in_three_processes(tmp_path: Any) -> None:
+    checkpoint, out = spark_checkpoint(tmp_path / "ckpt"), str(tmp_path / "out")
+    offsets_up_to(checkpoint, 0)
+    planned = query(checkpoint, out).plan(ID_SCHEMA)
+    assert (planned.batch_id, planned.run) == (0, 0)
+    results = [task(planned, 0, [1, 2]), task(planned, 1, [3])]
+    assert not ids_in(out), "nothing is visible before the decision"
+    metrics = query(checkpoint, out).commit(0, results, ID_SCHEMA)
+    assert (metrics.outcome, metrics.rows, metrics.partitions) == ("committed", 3, 2)
+    assert ids_in(out) == Counter([1, 2, 3])
+    state = CommitLog(open_store(sink_log_location(checkpoint, "files"))).batches()[0]
+    assert state.finished is not None and state.begun[0]["partitions"] == 200
+
+
+def test_a_crash_before_the_decision_is_rolled_back_and_written_again(tmp_path: Any) -> None:
+    checkpoint, out = spark_checkpoint(tmp_path / "ckpt"), str(tmp_path / "out")
+    offsets_up_to(checkpoint, 0)
+    first = query(checkpoint, out).plan(ID_SCHEMA)
+    task(first, 0, [1, 2])  # prepared; the driver dies before commit
+    again = query(checkpoint, out).plan(ID_SCHEMA)  # the restart plans batch 0 again
+    assert (again.batch_id, again.run) == (0, 1)
+    query(checkpoint, out).commit(0, [task(again, 0, [1, 2])], ID_SCHEMA)
+    assert ids_in(out) == Counter([1, 2])
+    state = CommitLog(open_store(sink_log_location(checkpoint, "files"))).batches()[0]
+    assert state.aborted == {0} and state.decided_run == 1
+    assert staged(out) == [], "run 0 was swept"
+    marks = [n for n in os.listdir(os.path.join(out, ".sparkeos-staging")) if n[0] == "."]
+    assert len(marks) == 1, f"one shared-directory mark per driver process: {marks}"
+
+
+def test_a_batch_decided_before_a_crash_is_finished_not_written_again(tmp_path: Any) -> None:
+    checkpoint, out = spark_checkpoint(tmp_path / "ckpt"), str(tmp_path / "out")
+    offsets_up_to(checkpoint, 0)
+    planned = query(checkpoint, out).plan(ID_SCHEMA)
+    results = [task(planned, 0, [1]), task(planned, 1, [2])]
+    crashing = query(checkpoint, out)
+    crashing.coordinator.scope.faults = crashing.faults = _crash_after_decided()
+    with pytest.raises(BaseException, match="after_decided"):
+        crashing.commit(0, results, ID_SCHEMA)
+    assert not ids_in(out)
+    replay = query(checkpoint, out).plan(ID_SCHEMA)  # the restart's planning commits it
+    assert replay.run is None and replay.task is None
+    assert ids_in(out) == Counter([1, 2])
+    skipped = [task(replay, 0, [1]), task(replay, 1, [2])]
+    assert all(r["rows"] == 0 for r in skipped)
+    assert query(checkpoint, out).commit(0, skipped, ID_SCHEMA).outcome == "replayed"
+    assert ids_in(out) == Counter([1, 2])
+
+
+def test_abort_rolls_back_the_open_run(tmp_path: Any) -> None:
+    checkpoint, out = spark_checkpoint(tmp_path / "ckpt"), str(tmp_path / "out")
+    offsets_up_to(checkpoint, 0)
+    planned = query(checkpoint, out).plan(ID_SCHEMA)
+    result = task(planned, 0, [1])
+    query(checkpoint, out).abort(0, [result, None])
+    state = CommitLog(open_store(sink_log_location(checkpoint, "files"))).batches()[0]
+    assert state.aborted == {0} and not state.open_runs
+    assert staged(out) == []
+    with pytest.raises(Exception, match="aborted"):
+        query(checkpoint, out).commit(0, [result], ID_SCHEMA)
+    assert not ids_in(out)
+
+
+def test_a_task_of_another_batch_or_above_the_bound_refuses(tmp_path: Any) -> None:
+    checkpoint, out = spark_checkpoint(tmp_path / "ckpt"), str(tmp_path / "out")
+    offsets_up_to(checkpoint, 0)
+    offsets_up_to(checkpoint, 1)
+    planned = query(checkpoint, out, **{"sparkeos.maxPartitions": "2"}).plan(ID_SCHEMA)
+    assert planned.batch_id == 1 == planned_batch(checkpoint)
+    with pytest.raises(CommitLogError, match="ran with the plan of batch 1"):
+        task(planned, 0, [1], batch_id=2)
+    with pytest.raises(ConfigurationError, match=r"sparkeos\.maxPartitions"):
+        task(planned, 2, [1])
+    assert not ids_in(out)
+
+
+def test_options(tmp_path: Any) -> None:
+    base = {"path": str(tmp_path / "out"), "checkpointLocation": str(tmp_path / "c")}
+    with pytest.raises(ConfigurationError, match=r"does not know the option.*compresion"):
+        ParquetFormat(options={**base, "compresion": "zstd"})._sink_and_settings()
+    with pytest.raises(ConfigurationError, match="needs the query's checkpointLocation"):
+        ParquetFormat(options={"path": base["path"]})._sink_and_settings()
+    with pytest.raises(ConfigurationError, match="needs the option 'path'"):
+        ParquetFormat(options={"checkpointLocation": "c"})._sink_and_settings()
+    with pytest.raises(ConfigurationError, match="partitionBy"):
+        ParquetFormat(options={**base, "__partition_columns": '["day"]'})._sink_and_settings()
+    with pytest.raises(ConfigurationError, match="uncompressed"):
+        JsonFormat(options={**base, "compression": "gzip"})._sink_and_settings()
+    with pytest.raises(ConfigurationError, match="complete mode"):
+        ParquetFormat(options=base).streamWriter(None, True)
+    sink, settings = ParquetFormat(options={
+        **base, "sparkeos.guarantee": "at_least_once", "sparkeos.taskattempts": "4",
+        "sparkeos.maxpartitions": "16", "compression": "zstd"})._sink_and_settings()
+    assert settings.config.guarantee is Guarantee.AT_LEAST_ONCE
+    assert (settings.config.task_attempts, settings.max_partitions) == (4, 16)
+    assert sink.compression == "zstd" and settings.config.name == "sink"
+    options = Options({"sparkeos.maxPartitions": "many"}, "sparkeos-parquet")
+    with pytest.raises(ConfigurationError, match="not a whole number"):
+        FormatSettings.read(options)
+    assert CoordinatorConfig(name="sink").guarantee is Guarantee.EXACTLY_ONCE
+
+
+def _crash_after_decided() -> Any:
+    from sparkeos.core.faults import FaultPlan
+
+    return FaultPlan("after_decided", 0, simulate=True)
