@@ -10,6 +10,8 @@ Both modes read the same streaming input (one pre-generated Parquet file per mic
   for small files writes; exactly-once's writers do the same).
 * ``spark_sink``:   Spark's own streaming file sink, ``writeStream.format("parquet")``
   (``"json"``) with ``path``.
+* ``format``:       the same sink through Spark's Python streaming writer,
+  ``writeStream.format("sparkeos-parquet")`` (``"sparkeos-json"``); exactly-once.
 
 Each full query (start -> awaitTermination) is timed; the modes run alternately for
 ``--repeats`` rounds (the order rotates every round) and medians are reported. The last
@@ -51,7 +53,8 @@ import pyarrow.parquet as pq
 from _split import adapter_split  # bench/ is the script's directory
 
 SCHEMA_DDL = "id long, payload string, value double, ts {ts_type}"
-MODES = ("exactly_once", "plain", "plain_coalesced", "spark_sink")
+MODES = ("exactly_once", "plain", "plain_coalesced", "spark_sink", "format")
+EXACTLY_ONCE = ("exactly_once", "format")
 PLAIN_MODES = ("plain", "plain_coalesced", "spark_sink")
 _ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" * 3
 
@@ -123,6 +126,10 @@ def run_query(spark: Any, mode: str, fmt: str, input_dir: str, out: str, checkpo
     if mode == "spark_sink":  # Spark's own streaming file sink (its own commit log)
         writer = source.writeStream.format("parquet" if fmt == "parquet" else "json") \
             .option("path", out)
+    elif mode == "format":  # the same sink as exactly_once, through Spark's own API
+        name = "sparkeos-parquet" if fmt == "parquet" else "sparkeos-json"
+        writer = (source.writeStream.format(name)
+                  .option("path", out).option("sparkeos.fsync", str(fsync).lower()))
     else:
         writer = source.writeStream.foreachBatch(body)
     query = (writer.option("checkpointLocation", checkpoint)
@@ -145,7 +152,7 @@ def run_query(spark: Any, mode: str, fmt: str, input_dir: str, out: str, checkpo
 
 def count_output(mode: str, fmt: str, out: str) -> tuple[int, int]:
     """(rows, distinct ids) written to ``out``."""
-    if mode == "exactly_once":
+    if mode in EXACTLY_ONCE:
         from sparkeos.connectors.file import read_output
 
         table = read_output(out, fmt)
@@ -256,11 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             rows, distinct = count_output(mode, args.format, out)
             remove(out)
             remove(ckpt)
-            if mode == "exactly_once" and not (rows == distinct == expected):
-                print(f"FAIL: exactly-once output has {rows} rows ({distinct} distinct ids), "
+            if mode in EXACTLY_ONCE and not (rows == distinct == expected):
+                print(f"FAIL: {mode} output has {rows} rows ({distinct} distinct ids), "
                       f"input has {expected}", file=sys.stderr)
                 raise SystemExit(1)
-            if mode != "exactly_once" and rows != expected:
+            if mode not in EXACTLY_ONCE and rows != expected:
                 print(f"warning: plain output has {rows} rows, input {expected}",
                       file=sys.stderr)
             return result
@@ -289,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{total / seconds[mode]:>10.0f}")
         fastest = min(PLAIN_MODES, key=lambda m: seconds[m])
         print(f"fastest plain write: {fastest}")
+        print(f"ratio format/foreachBatch: {seconds['format'] / seconds['exactly_once']:.2f}")
         print(f"ratio exactly_once/plain: {seconds['exactly_once'] / seconds[fastest]:.2f}")
         return 0
     finally:

@@ -12,6 +12,8 @@ per mode, same SparkSession):
   producer per task (``mapInArrow``, the same record encoding); at-least-once.
 * ``spark``: Spark's own Kafka sink, ``df.write.format("kafka")`` in foreachBatch
   (needs the connector jars: ``spark_kafka_jars()``); at-least-once.
+* ``format``: ``writeStream.format("sparkeos-kafka")``, the staged sink through Spark's
+  Python streaming writer (phase 2 from the commit worker, not from tasks); exactly-once.
 
 Input: ``--records`` rows (default 1,000,000) of ``id long, value binary`` with values
 of ``--record-bytes`` bytes (default 100), in ``--batches`` micro-batches of
@@ -49,7 +51,7 @@ import pyarrow.parquet as pq
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "docker", "services", "kafka.sh")
-MODES = ("staged", "direct", "plain", "spark")
+MODES = ("staged", "direct", "plain", "spark", "format")
 
 
 @dataclass
@@ -159,13 +161,20 @@ def run_query(spark: Any, mode: str, input_dir: str, files_per_batch: int, boots
     topic = f"bench-{mode}-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, topic_partitions)
     run_dir = tempfile.mkdtemp(prefix=f"{mode}-", dir=workdir)
-    fn = batch_function(mode, bootstrap, topic, os.path.join(run_dir, "staging"), fsync,
-                        producer_config)
+    fn = None if mode == "format" else batch_function(
+        mode, bootstrap, topic, os.path.join(run_dir, "staging"), fsync, producer_config)
     df = (spark.readStream.schema("id long, value binary")
           .option("maxFilesPerTrigger", files_per_batch).parquet(input_dir))
     started = time.perf_counter()
-    query = (df.writeStream.foreachBatch(fn)
-             .option("checkpointLocation", os.path.join(run_dir, "checkpoint"))
+    if mode == "format":
+        writer = (df.select("value").writeStream.format("sparkeos-kafka")
+                  .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+                  .option("sparkeos.stagingDir", os.path.join(run_dir, "staging"))
+                  .option("sparkeos.fsync", str(fsync).lower())
+                  .options(**{f"kafka.{k}": str(v) for k, v in producer_config.items()}))
+    else:
+        writer = df.writeStream.foreachBatch(fn)
+    query = (writer.option("checkpointLocation", os.path.join(run_dir, "checkpoint"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
     seconds = time.perf_counter() - started
@@ -275,6 +284,9 @@ def main(argv: list[str]) -> int:
             print(f"ratio spark/plain: {by_mode['spark'].seconds / by_mode['plain'].seconds:.2f}")
             print(f"ratio exactly_once/spark: "
                   f"{by_mode['staged'].seconds / by_mode['spark'].seconds:.2f}")
+        if "format" in by_mode:
+            print(f"ratio format/foreachBatch: "
+                  f"{by_mode['format'].seconds / by_mode['staged'].seconds:.2f}")
         print(f"ratio exactly_once/plain: "
               f"{by_mode['staged'].seconds / by_mode['plain'].seconds:.2f}")
         return 1 if bad else 0

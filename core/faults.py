@@ -222,6 +222,28 @@ class FaultPlan:
             time.sleep(0.05)
 
 
+def driver_group() -> int:
+    """The process group of the driver this Spark Python worker serves: the group of
+    its nearest ancestor outside its own (Spark's worker daemon makes a group of its
+    own; the JVM that started it is in the driver's)."""
+    own = os.getpgid(0)
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            group = os.getpgid(pid)
+            if group != own:
+                return group
+            pid = _parent(pid)
+        except (OSError, ValueError, IndexError):
+            break
+    return own
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
 def _executor_jvm() -> int:
     """The PID of the executor JVM this Python worker serves (its nearest ancestor
     running ``CoarseGrainedExecutorBackend``), 0 if there is none (local mode)."""
@@ -231,8 +253,7 @@ def _executor_jvm() -> int:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 if b"CoarseGrainedExecutorBackend" in fh.read():
                     return pid
-            with open(f"/proc/{pid}/stat") as fh:
-                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            pid = _parent(pid)
         except (OSError, ValueError, IndexError):
             return 0
     return 0

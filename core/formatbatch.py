@@ -24,6 +24,7 @@ one the foreachBatch route takes, on the same commit log, so ``sparkeos status``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import time
@@ -38,7 +39,7 @@ from .commitlog import CommitLog, open_store, sink_log_location
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
 from .errors import CommitLogError, ConfigurationError, SparkEOSError
-from .faults import FaultPlan
+from .faults import FaultPlan, driver_group
 from .files import split_uri
 from .group import SINGLE, for_checkpoint
 from .lease import lease_record
@@ -72,7 +73,7 @@ class FormatQuery:
                  max_partitions: int) -> None:
         self.config = config
         self.max_partitions = max_partitions
-        self.faults = FaultPlan.from_env()
+        self.faults = crash_whole_job(FaultPlan.from_env())
         if config.guarantee is not Guarantee.EXACTLY_ONCE:
             self.location = config.checkpoint_location
             self.query_id = (checkpoint_query_id(self.location) if self.location
@@ -279,6 +280,15 @@ def _bound(sink: TransactionalSink[Any], location: str, name: str) -> Transactio
 _BOUND: dict[tuple[int, str, str], tuple[TransactionalSink[Any], TransactionalSink[Any]]] = {}
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """The local property Spark sets on the jobs of a micro-batch."""
+
+
+def crash_whole_job(plan: FaultPlan) -> FaultPlan:
+    """The fault plan of the format route: its steps run in Spark's Python workers, so a
+    driver crash there kills the driver's process group (a job started in a session of
+    its own, as the tests and examples start theirs), not only this worker."""
+    if plan.point is None or plan.kill_group:
+        return plan
+    return dataclasses.replace(plan, kill_group=driver_group())
 
 
 def resolve_checkpoint(config: CoordinatorConfig) -> str:

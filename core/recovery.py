@@ -79,13 +79,11 @@ class Recovery:
             commit = CommitTask(part, recovering, self.scope.faults, in_tasks)
             if runner is not None and in_tasks:
                 runner.run_in_tasks(commit, items)
-            elif part.commit_location is CommitLocation.TASKS:
-                # Recovery without Spark (`sparkeos recover`): this process commits what
-                # the tasks would have; it must reach the staged data (a shared
-                # directory or HDFS), else the sink says which host holds it.
-                for item in items:
-                    commit(item)
             else:
+                # Sinks that commit in tasks, without Spark (`sparkeos recover`, the
+                # format route's commit): this process commits what the tasks would
+                # have; it must reach the staged data (a shared directory or HDFS), else
+                # the sink says which host holds it.
                 self.commit_on_driver(commit, items, state.batch_id, first)
             first = False
         self.scope.faults.driver("after_all_commits", state.batch_id)

@@ -54,7 +54,7 @@ SETTINGS: dict[str, tuple[str, Any]] = {
     "existingoutput": ("existing_output", str),
 }
 """``sparkeos.<option>`` (any case) and the ``exactly_once(...)`` setting it sets."""
-_MADE: dict[tuple[str, tuple[tuple[str, str], ...]],
+_MADE: dict[tuple[str, str, tuple[tuple[str, str], ...]],
             tuple[TransactionalSink[Any], FormatSettings]] = {}
 _COMMIT_WORKER = "python_streaming_sink_runner.py"
 _PARTITION_COLUMNS = "__partition_columns"
@@ -159,28 +159,34 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
     ``spark.dataSource.register(cls)``)."""
 
     format_name: ClassVar[str] = ""
+    complete_mode_appends: ClassVar[bool] = False
+    """Whether ``outputMode("complete")`` is taken as Spark's own sink for the
+    destination takes it: every batch's whole result table appended (a message
+    broker). Otherwise complete mode, which would replace the output, is refused."""
 
     @classmethod
     def name(cls) -> str:
         return cls.format_name
 
-    def make_sink(self, options: Options) -> TransactionalSink[Any]:
-        """The connector's sink from its options (``options.get``/``require``...)."""
+    def make_sink(self, options: Options, schema: pa.Schema) -> TransactionalSink[Any]:
+        """The connector's sink from its options (``options.get``/``require``...) and
+        the stream's schema (which columns it has, as Spark's own sinks read them)."""
         raise NotImplementedError
 
-    def _sink_and_settings(self) -> tuple[TransactionalSink[Any], FormatSettings]:
+    def _sink_and_settings(self, schema: pa.Schema
+                           ) -> tuple[TransactionalSink[Any], FormatSettings]:
         """The sink and settings these options make: one sink object per process and
         configuration, as one foreachBatch adapter keeps its sink for the query run
         (Spark reuses its Python workers; a sink's own once-per-run state, such as the
         file sink's shared-directory mark, is not made again every batch)."""
-        key = (self.format_name, tuple(sorted((str(k).lower(), str(v))
-                                              for k, v in self.options.items())))
+        key = (self.format_name, str(schema), tuple(sorted(
+            (str(k).lower(), str(v)) for k, v in self.options.items())))
         made = _MADE.get(key)
         if made is None:
-            made = _MADE[key] = self._make()
+            made = _MADE[key] = self._make(schema)
         return made
 
-    def _make(self) -> tuple[TransactionalSink[Any], FormatSettings]:
+    def _make(self, schema: pa.Schema) -> tuple[TransactionalSink[Any], FormatSettings]:
         options = Options(self.options, self.format_name)
         columns = options.get(_PARTITION_COLUMNS)
         if columns not in (None, "", "[]"):
@@ -189,20 +195,20 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
                 f"(partitionBy {columns})",
                 fix="drop .partitionBy(...), or use foreachBatch with a sink per partition")
         settings = FormatSettings.read(options)
-        sink = self.make_sink(options)
+        sink = self.make_sink(options, schema)
         options.finish()
         return sink, settings
 
     def streamWriter(self, schema: Any, overwrite: bool) -> FormatWriter:
-        sink, settings = self._sink_and_settings()
-        if overwrite:
+        arrow = arrow_schema(schema)
+        sink, settings = self._sink_and_settings(arrow)
+        if overwrite and not self.complete_mode_appends:
             raise ConfigurationError(
                 f"the {self.format_name} format appends: complete mode (which replaces the "
                 "whole output every batch) is not supported",
                 sink=settings.config.name,
                 fix='use .outputMode("append"), or foreachBatch(exactly_once(...)); nothing '
                 "was written")
-        arrow = arrow_schema(schema)
         query = FormatQuery(sink, settings.config, settings.max_partitions)
         planned = None if _committing() else query.plan(arrow)
         return FormatWriter(query, planned, arrow)

@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
                         "hdfs://namenode:8020/sparkeos-demo or s3a://bucket/sparkeos-demo "
                         "(recreated); 's3': the checkout's local S3-compatible store "
                         "(docker/services/s3.sh, started if needed)")
+    parser.add_argument("--format", action="store_true",
+                        help='write through writeStream.format("sparkeos-parquet") instead '
+                        "of foreachBatch(exactly_once(FileSink(...)))")
     parser.add_argument("--skip-plain", action="store_true",
                         help="do not run the plain foreachBatch comparison")
     args = parser.parse_args(argv)
@@ -130,22 +133,26 @@ def main(argv: list[str] | None = None) -> int:
     schedule = [(rng.choice(CRASH_POINTS), b) for b in batches]
 
     outcomes = []
-    plans: list[tuple[str, str, dict[str, Any]]] = [("sparkeos exactly-once", "exactly_once",
-              {"factory": "sparkeos.connectors.file:FileSink",
-               "kwargs": {"path": f"{store}/out-exactly-once"}})]
+    exactly = f"{store}/out-exactly-once"
+    plans: list[tuple[str, str, dict[str, Any]]] = [(
+        "sparkeos exactly-once", "exactly_once",
+        {"format": "sparkeos-parquet", "options": {"path": exactly}} if args.format else
+        {"factory": "sparkeos.connectors.file:FileSink", "kwargs": {"path": exactly}})]
     if not args.skip_plain:
         plans.insert(0, ("plain foreachBatch", "plain",
                          {"factory": "sparkeos.testing.job:plain_file_writer",
                           "kwargs": {"path": f"{store}/out-plain"}}))
     for label, mode, sink in plans:
-        say(f"{label}:")
+        route = "format" if args.format and mode == "exactly_once" else "foreachBatch"
+        say(f"{label}" + (' (writeStream.format("sparkeos-parquet"))'
+                          if route == "format" else "") + ":")
         spec = JobSpec(input=os.path.join(args.workdir, "input"),
                        checkpoint=f"{store}/checkpoint-{mode}", master=args.master,
                        sink=sink, name="demo", mode=mode, connect=args.connect,
-                       spark_conf=spark_conf)
+                       spark_conf=spark_conf, route=route)
         started = time.monotonic()
         crashes, runs = _run_with_crashes(spec, schedule, say)
-        table = read_output(str(sink["kwargs"]["path"]))
+        table = read_output(exactly if mode == "exactly_once" else f"{store}/out-plain")
         visible = table.column("id").to_pylist() if table.num_rows else []
         outcomes.append(_count(label, expected, visible, crashes, runs,
                                time.monotonic() - started))

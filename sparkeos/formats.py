@@ -11,8 +11,10 @@ from typing import Any
 def format_classes() -> list[type[Any]]:
     """The format classes of every connector, in registration order."""
     from sparkeos.connectors.file.format import FORMATS as FILES
+    from sparkeos.connectors.jdbc.format import FORMATS as POSTGRES
+    from sparkeos.connectors.kafka.format import FORMATS as KAFKA
 
-    return [*FILES]
+    return [*FILES, *KAFKA, *POSTGRES]
 
 
 def register(spark: Any) -> list[str]:

@@ -5,6 +5,8 @@ options every format shares (``core.streamformat``)."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.streamformat import Options, SinkFormat
 
@@ -16,7 +18,7 @@ class ParquetFormat(SinkFormat):
 
     format_name = "sparkeos-parquet"
 
-    def make_sink(self, options: Options) -> FileSink:
+    def make_sink(self, options: Options, schema: pa.Schema) -> FileSink:
         return FileSink(path=options.require("path", '"/data/out"'), format="parquet",
                         compression=options.get("compression") or "snappy",
                         fsync=options.flag("sparkeos.fsync", True))
@@ -28,7 +30,7 @@ class JsonFormat(SinkFormat):
 
     format_name = "sparkeos-json"
 
-    def make_sink(self, options: Options) -> FileSink:
+    def make_sink(self, options: Options, schema: pa.Schema) -> FileSink:
         compression = (options.get("compression") or "none").lower()
         if compression not in ("none", "uncompressed"):
             raise ConfigurationError(

@@ -40,10 +40,7 @@ _late_dirs: list[str] = []
 
 def session_settings(spec: Any) -> dict[str, Any]:
     """What a started process has fixed before it reads its spec."""
-    settings = {"master": spec.master, "spark_conf": spec.spark_conf, "connect": spec.connect}
-    if getattr(spec, "route", None) == "format":
-        settings["route"] = "format"  # driver crashes happen in Spark's Python workers
-    return settings
+    return {"master": spec.master, "spark_conf": spec.spark_conf, "connect": spec.connect}
 
 
 VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})

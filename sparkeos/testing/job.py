@@ -55,8 +55,8 @@ class JobSpec:
     Connect server for ``local[...]``); a driver crash kills the whole job."""
     route: str = "foreachBatch"
     """``"format"``: write through the sink's Spark format (``sparkeos.register``);
-    ``sink`` is then ``{"format": name, "options": {...}}``. A driver crash, reached in
-    Spark's Python workers there, kills the whole job."""
+    ``sink`` is then ``{"format": name, "options": {...}}``, with ``"select"``: the
+    SQL expressions the stream is projected to first (e.g. a Kafka ``value``)."""
 
 
 @dataclass
@@ -303,12 +303,10 @@ def _session(settings: dict[str, Any], app_name: str) -> Any:
     from sparkeos.core.spark import connect_session, local_session
 
     conf = {**SHORT_JOB_CONF, **settings["spark_conf"]}
-    if settings["connect"] or settings.get("route") == "format":
-        # The batch function runs in the Connect server's Python process, a format's
-        # protocol steps in Spark's Python workers: a driver crash there kills this
-        # job's whole process group (run_job_process made it).
-        os.environ[KILL_GROUP_ENV] = str(os.getpgid(0))
     if settings["connect"]:
+        # The batch function runs in the Connect server's Python process: a driver
+        # crash there kills this job's whole process group (run_job_process made it).
+        os.environ[KILL_GROUP_ENV] = str(os.getpgid(0))
         return connect_session(app_name, settings["master"], conf)
     return local_session(app_name, settings["master"], conf)
 
@@ -430,6 +428,8 @@ def run_format_spec(spec: JobSpec, spark: Any, df: Any, timeout: float | None) -
     import sparkeos
 
     sparkeos.register(spark)
+    if spec.sink.get("select"):
+        df = df.selectExpr(*spec.sink["select"])
     query = (df.writeStream.format(spec.sink["format"]).options(**format_options(spec))
              .trigger(availableNow=True).start())
     await_query(query, timeout, f"job {spec.name}")

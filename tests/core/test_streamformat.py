@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from pyspark.sql.types import LongType, StructField, StructType
 
 from sparkeos.connectors.file import read_output
 from sparkeos.connectors.file.format import JsonFormat, ParquetFormat
@@ -47,7 +48,7 @@ def query(checkpoint: str, out: str, **settings: Any) -> FormatQuery:
     options = {"path": out, "checkpointLocation": checkpoint, "sparkeos.name": "files",
                **settings}
     fmt = ParquetFormat(options=options)
-    sink, format_settings = fmt._sink_and_settings()
+    sink, format_settings = fmt._sink_and_settings(ID_SCHEMA)
     return FormatQuery(sink, format_settings.config, format_settings.max_partitions)
 
 
@@ -146,20 +147,22 @@ def test_a_task_of_another_batch_or_above_the_bound_refuses(tmp_path: Any) -> No
 def test_options(tmp_path: Any) -> None:
     base = {"path": str(tmp_path / "out"), "checkpointLocation": str(tmp_path / "c")}
     with pytest.raises(ConfigurationError, match=r"does not know the option.*compresion"):
-        ParquetFormat(options={**base, "compresion": "zstd"})._sink_and_settings()
+        ParquetFormat(options={**base, "compresion": "zstd"})._sink_and_settings(ID_SCHEMA)
     with pytest.raises(ConfigurationError, match="needs the query's checkpointLocation"):
-        ParquetFormat(options={"path": base["path"]})._sink_and_settings()
+        ParquetFormat(options={"path": base["path"]})._sink_and_settings(ID_SCHEMA)
     with pytest.raises(ConfigurationError, match="needs the option 'path'"):
-        ParquetFormat(options={"checkpointLocation": "c"})._sink_and_settings()
+        ParquetFormat(options={"checkpointLocation": "c"})._sink_and_settings(ID_SCHEMA)
     with pytest.raises(ConfigurationError, match="partitionBy"):
-        ParquetFormat(options={**base, "__partition_columns": '["day"]'})._sink_and_settings()
+        partitioned = {**base, "__partition_columns": '["day"]'}
+        ParquetFormat(options=partitioned)._sink_and_settings(ID_SCHEMA)
     with pytest.raises(ConfigurationError, match="uncompressed"):
-        JsonFormat(options={**base, "compression": "gzip"})._sink_and_settings()
+        JsonFormat(options={**base, "compression": "gzip"})._sink_and_settings(ID_SCHEMA)
     with pytest.raises(ConfigurationError, match="complete mode"):
-        ParquetFormat(options=base).streamWriter(None, True)
+        ParquetFormat(options=base).streamWriter(StructType([StructField("id", LongType())]),
+                                                 True)
     sink, settings = ParquetFormat(options={
         **base, "sparkeos.guarantee": "at_least_once", "sparkeos.taskattempts": "4",
-        "sparkeos.maxpartitions": "16", "compression": "zstd"})._sink_and_settings()
+        "sparkeos.maxpartitions": "16", "compression": "zstd"})._sink_and_settings(ID_SCHEMA)
     assert settings.config.guarantee is Guarantee.AT_LEAST_ONCE
     assert (settings.config.task_attempts, settings.max_partitions) == (4, 16)
     assert sink.compression == "zstd" and settings.config.name == "sink"
@@ -173,3 +176,23 @@ def _crash_after_decided() -> Any:
     from sparkeos.core.faults import FaultPlan
 
     return FaultPlan("after_decided", 0, simulate=True)
+
+
+def test_every_format_is_registered_by_spark_itself() -> None:
+    """Spark registers each installed top-level ``pyspark_*`` module's ``DefaultSource``:
+    one module per format, each in the wheel (pyproject's py-modules)."""
+    import importlib
+    from pathlib import Path
+
+    import tomllib
+
+    from sparkeos.formats import format_classes
+
+    root = Path(__file__).resolve().parents[2]
+    modules = sorted(p.stem for p in (root / "plugins").glob("pyspark_*.py"))
+    shipped = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert sorted(shipped["py-modules"]) == modules
+    sources = {m: importlib.import_module(m).DefaultSource for m in modules}
+    assert set(sources.values()) == set(format_classes())
+    for module, source in sources.items():
+        assert module == "pyspark_" + source.name().replace("-", "_")

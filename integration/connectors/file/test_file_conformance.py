@@ -219,7 +219,13 @@ def test_a_connector_outside_the_package_reaches_the_executors(tmp_path: Any,
 
 
 class TestFileSinkFormat(FormatConformance, TestFileSinkParquet):
-    """The file sink through ``writeStream.format("sparkeos-parquet")``."""
+    """The file sink through ``writeStream.format("sparkeos-parquet")``: every driver
+    kill point, the abort, task retries, at-least-once, speculation on the cluster."""
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-parquet", "options": {"path": self.output(workdir)}}
+
+
+class TestFileSinkFormatConnect(ConnectConformance, TestFileSinkFormat):
+    """The format through Spark Connect (registered from the client; the writer runs
+    in the server's Python workers): end to end, and the driver killed."""

@@ -11,6 +11,7 @@ from sparkeos.testing.conformance import (
     ClusterConformance,
     ConnectConformance,
     ConnectorConformance,
+    FormatConformance,
     InProcessConformance,
     SampledDriverKills,
 )
@@ -75,6 +76,28 @@ class TestPostgresSinkConnect(ConnectConformance, TestPostgresSinkConformance):
 
     driver_kill_points = ("after_decided",)
     test_end_to_end_several_batches = None
+
+
+class TestPostgresFormat(FormatConformance, TestPostgresSinkConformance):
+    """The sink through ``writeStream.format("sparkeos-postgres")`` with the options of
+    Spark's JDBC source (``url``, ``dbtable``, ``user``, ``password``)."""
+
+    # Speculative attempts through the format: the file format's suite (the route is
+    # the same for every sink; the sink's own attempts run in process).
+    test_speculative_attempts_on_a_cluster = None
+
+    def format_spec(self, workdir: str) -> dict[str, Any]:
+        import psycopg2.extensions
+
+        dsn = psycopg2.extensions.parse_dsn(self.dsn)
+        url = f"jdbc:postgresql://{dsn['host']}:{dsn.get('port', 5432)}/{dsn['dbname']}"
+        return {"format": "sparkeos-postgres",
+                "options": {"url": url, "user": dsn["user"],
+                            "password": dsn.get("password", ""),
+                            "dbtable": self.names.table,
+                            "sparkeos.markerTable": self.names.marker,
+                            "sparkeos.createTable": "true",
+                            "sparkeos.lockTimeoutSeconds": "3"}}
 
 
 class TestPostgresUpsertConformance(InProcessConformance, TestPostgresSinkConformance):

@@ -19,6 +19,7 @@ from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
     ConnectConformance,
     ConnectorConformance,
+    FormatConformance,
     SampledConformance,
     SampledDriverKills,
     TaskCommitClusterConformance,
@@ -60,6 +61,23 @@ class TestKafkaSinkStaged(SampledDriverKills, ConnectorConformance):
         return [int(json.loads(m.value())["id"]) for m in read_topic(self.bootstrap, self.topic)]
 
     soak_batches_default = 150
+
+
+class TestKafkaFormat(FormatConformance, TestKafkaSinkStaged):
+    """The staged Kafka sink through ``writeStream.format("sparkeos-kafka")``, with the
+    options and the ``value`` column of Spark's own Kafka sink; phase 2 publishes from
+    the process Spark commits the batch in."""
+
+    # Speculative attempts through the format: the file format's suite (the route is
+    # the same for every sink; the sink's own attempts run in process).
+    test_speculative_attempts_on_a_cluster = None
+
+    def format_spec(self, workdir: str) -> dict[str, Any]:
+        return {"format": "sparkeos-kafka",
+                "options": {"kafka.bootstrap.servers": self.bootstrap, "topic": self.topic,
+                            "sparkeos.stagingDir": os.path.join(workdir, "staging"),
+                            "sparkeos.transactionalIdPrefix": self.prefix},
+                "select": ["to_json(struct(*)) AS value"]}
 
 
 class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
