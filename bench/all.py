@@ -27,6 +27,10 @@ BREAKDOWN = re.compile(
     r"per-batch|per batch|addBatch|adapter|sink: total|fastest plain|\bprepare\b")
 
 
+FORMAT_RATIO = r"ratio format/foreachBatch: ([0-9.]+)"
+"""writeStream.format("sparkeos-...") against foreachBatch(exactly_once(...)), same sink."""
+
+
 @dataclass(frozen=True)
 class Case:
     label: str
@@ -44,18 +48,22 @@ def cases(quick: bool) -> list[Case]:
     found = []
     for fmt in ("parquet", "jsonl"):
         for partitions in ("2", "20", "200"):
+            args = (*file_args, "--format", fmt, "--partitions", partitions)
             found.append(Case(f"file {fmt}, {partitions} partitions, vs fastest plain",
-                              "file_sink.py", (*file_args, "--format", fmt, "--partitions",
-                                               partitions), ratio, 1.1))
+                              "file_sink.py", args, ratio, 1.1))
+            found.append(Case(f"file {fmt}, {partitions} partitions, format vs foreachBatch",
+                              "file_sink.py", args, FORMAT_RATIO, 1.1))
     found.append(Case("postgres, 200 partitions, vs plain COPY", "jdbc_sink.py",
                       ("--rows-per-batch", rows, "--batches", "3", "--repeats",
                        "1" if quick else "3", "--partitions", "200",
                        "--modes", "exactly_once,copy"), ratio, 1.1))
     kafka = ("--records", "200000" if quick else "1000000", "--repeats",
-             "1" if quick else "3", "--modes", "staged,plain,spark", "--details")
+             "1" if quick else "3", "--modes", "staged,plain,spark,format", "--details")
     found.append(Case("kafka staged vs plain producer", "kafka_sink.py", kafka, ratio, 1.3))
     found.append(Case("kafka staged vs Spark's Kafka sink", "kafka_sink.py", kafka,
                       r"ratio exactly_once/spark: ([0-9.]+)", 0.8))
+    found.append(Case("kafka format vs foreachBatch", "kafka_sink.py", kafka, FORMAT_RATIO,
+                      1.1))
     for kind, target in (("classic", 25), ("connect", 50)):
         found.append(Case(f"per-batch overhead, tiny batches, {kind}", "overhead.py",
                           ("--batches", "20" if quick else "40"),
