@@ -75,7 +75,8 @@ class FormatQuery:
         self.max_partitions = max_partitions
         self.faults = crash_whole_job(FaultPlan.from_env())
         if config.guarantee is not Guarantee.EXACTLY_ONCE:
-            self.location = config.checkpoint_location
+            self.location = (resolve_checkpoint(config) if config.checkpoint_location
+                             else None)
             self.query_id = (checkpoint_query_id(self.location) if self.location
                              else None) or f"adhoc:{config.name}"
             self.log: CommitLog | None = None
@@ -110,9 +111,10 @@ class FormatQuery:
     # -- planning ------------------------------------------------------------------------
     def plan(self, schema: pa.Schema) -> PlannedBatch:
         """Before the tasks of the batch being planned: recovery, the checks, ``begun``."""
-        batch_id = planned_batch(self.location) if self.location else 0
         if self.config.guarantee is not Guarantee.EXACTLY_ONCE:
-            return self._plan_direct(batch_id, schema)
+            return self._plan_direct(schema)
+        assert self.location is not None  # exactly-once requires it (FormatSettings)
+        batch_id = planned_batch(self.location)
         self.keep_lease()
         scope = self.coordinator.scope
         batch = self._batch(batch_id, {SINGLE: _Planned(self.max_partitions, schema)},
@@ -131,9 +133,11 @@ class FormatQuery:
                            self.config.task_attempts, scope.faults)
         return PlannedBatch(batch_id, self.query_id, opened.run, task, self.max_partitions)
 
-    def _plan_direct(self, batch_id: int, schema: pa.Schema) -> PlannedBatch:
+    def _plan_direct(self, schema: pa.Schema) -> PlannedBatch:
+        """Each task commits its own transaction, under the batch ID it runs in."""
         scope = self.coordinator.scope
         self.sink.validate(schema)
+        batch_id = -1  # each task takes its own (``run_task``)
         # A run number of its own per batch: a replayed batch never meets the IDs an
         # earlier, killed run committed or left claimed.
         run = random.randrange(DIRECT_RUNS.start, DIRECT_RUNS.stop)
@@ -240,6 +244,11 @@ def run_task(planned: PlannedBatch, partition: int, attempt_number: int, token: 
 
     running = local_property(BATCH_ID_PROPERTY)
     query = local_property(QUERY_ID_PROPERTY)
+    if isinstance(planned.task, DirectTask) and running is not None:
+        # At-least-once needs no plan of the batch: the task's own batch ID.
+        planned = dataclasses.replace(
+            planned, batch_id=int(running),
+            task=dataclasses.replace(planned.task, batch_id=int(running)))
     if running is None or int(running) != planned.batch_id or (
             planned.run is not None and query != planned.query_id):
         raise CommitLogError(

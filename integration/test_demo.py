@@ -36,15 +36,15 @@ def test_demo_verifies_exactly_once_after_two_crashes(tmp_path):
 @pytest.mark.chaos
 def test_demo_through_the_format(tmp_path):
     """``sparkeos demo --format``: the exactly-once query writes through
-    ``writeStream.format("sparkeos-parquet")``, killed twice (the plain comparison is
-    the first test's)."""
-    _, lines = run_demo(tmp_path, "--format", "--batches", "3", "--rows", "40",
-                        "--crashes", "2", "--seed", "3", "--skip-plain")
+    ``writeStream.format("sparkeos-parquet")``, killed at a protocol point (the plain
+    comparison is the first test's; the format's suite kills at every point)."""
+    _, lines = run_demo(tmp_path, "--format", "--batches", "2", "--rows", "40",
+                        "--crashes", "1", "--seed", "3", "--skip-plain")
     assert 'writeStream.format("sparkeos-parquet")' in "\n".join(lines)
     assert re.fullmatch(
-        r"exactly-once: verified input=120 output=120 duplicates=0 missing=0", lines[-1])
+        r"exactly-once: verified input=80 output=80 duplicates=0 missing=0", lines[-1])
     rows = {line.split()[0]: line.split() for line in lines if line.startswith("sparkeos ")}
-    assert int(rows["sparkeos"][2]) >= 2  # crashes
+    assert int(rows["sparkeos"][2]) >= 1  # crashes
 
 
 @pytest.mark.chaos

@@ -13,8 +13,10 @@ def format_classes() -> list[type[Any]]:
     from sparkeos.connectors.file.format import FORMATS as FILES
     from sparkeos.connectors.jdbc.format import FORMATS as POSTGRES
     from sparkeos.connectors.kafka.format import FORMATS as KAFKA
+    from sparkeos.connectors.sql.format import FORMATS as SQL
+    from sparkeos.connectors.stomp.format import FORMATS as STOMP
 
-    return [*FILES, *KAFKA, *POSTGRES]
+    return [*FILES, *KAFKA, *POSTGRES, *STOMP, *SQL]
 
 
 def register(spark: Any) -> list[str]:

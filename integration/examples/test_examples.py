@@ -362,7 +362,7 @@ def test_spark_kafka_wordcount_port(kafka: KafkaJanitor, workdir: Path) -> None:
     checkpoint = workdir / "checkpoint"
     kafka.sink_query(checkpoint, "sink")
     example = Example("structured_kafka_wordcount.py", workdir,
-                      {"SPARKEOS_WORDCOUNT_MAX_OFFSETS": "16"})
+                      {"SPARKEOS_WORDCOUNT_MAX_OFFSETS": "20"})  # 3 batches
     args = (kafka.bootstrap, "subscribe", source, target, str(checkpoint))
 
     def records() -> list[tuple[str, int]]:

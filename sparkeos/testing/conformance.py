@@ -704,8 +704,9 @@ class FormatConformance:
     """Put first in the bases of a connector's conformance class to run its Spark cases
     through the sink's Spark format (``writeStream.format("sparkeos-...")``; implement
     ``format_spec``): end to end, the driver killed at every point, task retries,
-    at-least-once with a task killed, speculative attempts on the cluster. The in-process
-    cases are the same code whichever route runs the batch, and are left out."""
+    at-least-once with a task killed, a speculative copy winning on the cluster (the
+    original goes on as a zombie). The in-process cases are the same code whichever
+    route runs the batch, and are left out."""
 
     route = "format"
 
@@ -714,3 +715,27 @@ class FormatConformance:
         for name in dir(cls):
             if name.startswith("test_") and name not in FORMAT_CASES:
                 setattr(cls, name, None)
+
+    @pytest.mark.speculation
+    @pytest.mark.parametrize("winner", ["copy"])
+    def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
+                                               winner: str) -> None:
+        ConnectorConformance.test_speculative_attempts_on_a_cluster(
+            self, workdir, spark_cluster, winner)  # type: ignore[arg-type]
+
+
+FORMAT_SAMPLED_POINTS = ("kill_driver_after_first_prepare", "after_first_commit")
+"""A kill from a task in phase 1 and one among the commits of phase 2."""
+
+
+class SampledFormatConformance(FormatConformance):
+    """``FormatConformance`` for a sink whose route is proven by another's full run
+    (the file sink's): end to end, and the driver killed in phase 1 and in phase 2,
+    where what the sink does differs (its prepare, its commit from the process Spark
+    commits in). Task retries, at-least-once and speculation through the format are
+    the route's own code, the same for every sink."""
+
+    driver_kill_points = FORMAT_SAMPLED_POINTS
+    test_task_retry_reuses_the_transaction_id = None
+    test_at_least_once_task_killed_mid_write_then_restart = None
+    test_speculative_attempts_on_a_cluster = None  # type: ignore[assignment]

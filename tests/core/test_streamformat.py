@@ -144,6 +144,18 @@ def test_a_task_of_another_batch_or_above_the_bound_refuses(tmp_path: Any) -> No
     assert not ids_in(out)
 
 
+def test_at_least_once_tasks_commit_under_their_own_batch(tmp_path: Any) -> None:
+    out = str(tmp_path / "out")
+    direct = query("", out, **{"sparkeos.guarantee": "at_least_once",
+                               "checkpointLocation": ""})
+    planned = direct.plan(ID_SCHEMA)  # no checkpoint: nothing to plan from
+    assert planned.run is None
+    task(planned, 0, [1, 2], batch_id=7)
+    task(planned, 1, [3], batch_id=7)
+    assert ids_in(out) == Counter([1, 2, 3]), "each task committed its own rows"
+    assert direct.commit(7, [], ID_SCHEMA).outcome == "direct"
+
+
 def test_options(tmp_path: Any) -> None:
     base = {"path": str(tmp_path / "out"), "checkpointLocation": str(tmp_path / "c")}
     with pytest.raises(ConfigurationError, match=r"does not know the option.*compresion"):

@@ -17,6 +17,7 @@ from sparkeos.connectors.file.sink import STAGING_DIR
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
     CRASH_BATCH,
+    FORMAT_SAMPLED_POINTS,
     ClusterConformance,
     ConnectConformance,
     ConnectorConformance,
@@ -220,7 +221,25 @@ def test_a_connector_outside_the_package_reaches_the_executors(tmp_path: Any,
 
 class TestFileSinkFormat(FormatConformance, TestFileSinkParquet):
     """The file sink through ``writeStream.format("sparkeos-parquet")``: every driver
-    kill point, the abort, task retries, at-least-once, speculation on the cluster."""
+    kill point, the abort, task retries, at-least-once, a speculative copy winning on
+    the cluster."""
+
+    def format_spec(self, workdir: str) -> dict[str, Any]:
+        return {"format": "sparkeos-parquet", "options": {"path": self.output(workdir)}}
+
+
+@pytest.mark.s3
+class TestFileSinkFormatS3(FormatConformance, TestFileSinkS3):
+    """The format with everything on the S3-compatible store, end to end: the planner
+    finds the batch in Spark's offsets log and the query in its metadata there (S3A
+    wrote them). The driver kills through the format run on local paths above, and
+    with the store through foreachBatch: the protocol is the same."""
+
+    test_end_to_end_several_batches = ConnectorConformance.test_end_to_end_several_batches
+    test_driver_crash_then_restart = None
+    test_task_retry_reuses_the_transaction_id = None
+    test_at_least_once_task_killed_mid_write_then_restart = None
+    test_speculative_attempts_on_a_cluster = None
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-parquet", "options": {"path": self.output(workdir)}}
@@ -228,4 +247,7 @@ class TestFileSinkFormat(FormatConformance, TestFileSinkParquet):
 
 class TestFileSinkFormatConnect(ConnectConformance, TestFileSinkFormat):
     """The format through Spark Connect (registered from the client; the writer runs
-    in the server's Python workers): end to end, and the driver killed."""
+    in the server's Python workers): end to end, and the driver killed in phase 1 and
+    in phase 2 (every point runs in classic mode above)."""
+
+    driver_kill_points = FORMAT_SAMPLED_POINTS

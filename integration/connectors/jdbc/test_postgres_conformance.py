@@ -11,9 +11,9 @@ from sparkeos.testing.conformance import (
     ClusterConformance,
     ConnectConformance,
     ConnectorConformance,
-    FormatConformance,
     InProcessConformance,
     SampledDriverKills,
+    SampledFormatConformance,
 )
 
 
@@ -78,13 +78,9 @@ class TestPostgresSinkConnect(ConnectConformance, TestPostgresSinkConformance):
     test_end_to_end_several_batches = None
 
 
-class TestPostgresFormat(FormatConformance, TestPostgresSinkConformance):
+class TestPostgresFormat(SampledFormatConformance, TestPostgresSinkConformance):
     """The sink through ``writeStream.format("sparkeos-postgres")`` with the options of
     Spark's JDBC source (``url``, ``dbtable``, ``user``, ``password``)."""
-
-    # Speculative attempts through the format: the file format's suite (the route is
-    # the same for every sink; the sink's own attempts run in process).
-    test_speculative_attempts_on_a_cluster = None
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         import psycopg2.extensions

@@ -19,9 +19,9 @@ from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
     ConnectConformance,
     ConnectorConformance,
-    FormatConformance,
     SampledConformance,
     SampledDriverKills,
+    SampledFormatConformance,
     TaskCommitClusterConformance,
     assert_exactly_once,
 )
@@ -63,14 +63,10 @@ class TestKafkaSinkStaged(SampledDriverKills, ConnectorConformance):
     soak_batches_default = 150
 
 
-class TestKafkaFormat(FormatConformance, TestKafkaSinkStaged):
+class TestKafkaFormat(SampledFormatConformance, TestKafkaSinkStaged):
     """The staged Kafka sink through ``writeStream.format("sparkeos-kafka")``, with the
     options and the ``value`` column of Spark's own Kafka sink; phase 2 publishes from
     the process Spark commits the batch in."""
-
-    # Speculative attempts through the format: the file format's suite (the route is
-    # the same for every sink; the sink's own attempts run in process).
-    test_speculative_attempts_on_a_cluster = None
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-kafka",

@@ -18,6 +18,7 @@ from sparkeos.testing.conformance import (
     ConnectorConformance,
     InProcessConformance,
     SampledDriverKills,
+    SampledFormatConformance,
 )
 
 
@@ -66,6 +67,19 @@ class TestSqlTableSinkOnSqlite(SampledDriverKills, ConnectorConformance):
         claims = self._query(workdir, "SELECT txn_id FROM orders__sparkeos_txn "
                                       "WHERE NOT committed")
         return sorted({f"staged {r[0]}" for r in staged} | {f"claimed {r[0]}" for r in claims})
+
+
+class TestSqlFormat(SampledFormatConformance, TestSqlTableSinkOnSqlite):
+    """The sink through ``writeStream.format("sparkeos-sql")`` on SQLite, end to end.
+    Its commit runs where the file and PostgreSQL sinks' do (the process Spark commits
+    in), and their formats' suites kill the driver there."""
+
+    test_driver_crash_then_restart = None
+
+    def format_spec(self, workdir: str) -> dict[str, Any]:
+        return {"format": "sparkeos-sql",
+                "options": {"url": f"sqlite:///{self.database(workdir)}", "dbtable": "orders",
+                            "sparkeos.createTable": "true"}}
 
 
 class TestSqlTableSinkOnPostgres(InProcessConformance, ConnectorConformance):

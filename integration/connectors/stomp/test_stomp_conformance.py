@@ -21,6 +21,7 @@ from sparkeos.testing.conformance import (
     ConnectorConformance,
     InProcessConformance,
     SampledDriverKills,
+    SampledFormatConformance,
 )
 
 
@@ -81,6 +82,16 @@ class TestStompSinkArtemis(SampledDriverKills, ConnectorConformance):
             messages = drain(self.url, self.queue, expect=depth, timeout=120.0)
             self.received += [int(json.loads(m.body)["id"]) for m in messages]
         return list(self.received)
+
+
+class TestStompFormat(SampledFormatConformance, TestStompSinkArtemis):
+    """The sink through ``writeStream.format("sparkeos-stomp")``: phase 2 publishes
+    from the process Spark commits the batch in."""
+
+    def format_spec(self, workdir: str) -> dict[str, Any]:
+        return {"format": "sparkeos-stomp",
+                "options": {"url": self.url, "destination": self.queue,
+                            "sparkeos.stagingDir": os.path.join(workdir, "staging")}}
 
 
 @pytest.mark.s3

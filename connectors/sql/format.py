@@ -1,0 +1,35 @@
+"""The SQL sink as a Spark format: ``writeStream.format("sparkeos-sql")`` writes to any
+database SQLAlchemy reaches, through a staging table moved into the target in one
+local transaction.
+
+* ``url`` (required): an SQLAlchemy URL (``sqlite:///shop.db``,
+  ``mysql+pymysql://user:pass@host/shop``...); a secret, never written to the commit log;
+* ``dbtable`` (required), as Spark's JDBC option;
+* ``sparkeos.key``: comma-separated columns to replace rows by (an upsert) instead of
+  appending; ``sparkeos.createTable``: create the table from the first batch's schema.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from sparkeos.core.streamformat import Options, SinkFormat
+
+from .sink import SqlTableSink
+
+
+class SqlFormat(SinkFormat):
+    """``format("sparkeos-sql")``: a table of any SQLAlchemy database, exactly once."""
+
+    format_name = "sparkeos-sql"
+
+    def make_sink(self, options: Options, schema: pa.Schema) -> SqlTableSink:
+        key = options.get("sparkeos.key")
+        return SqlTableSink(
+            url=options.require("url", '"sqlite:////data/shop.db"'),
+            table=options.require("dbtable", '"orders"'),
+            create_table=options.flag("sparkeos.createTable", False),
+            key=[k.strip() for k in key.split(",") if k.strip()] if key else None)
+
+
+FORMATS = (SqlFormat,)

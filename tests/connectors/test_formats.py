@@ -1,0 +1,78 @@
+"""Each connector's format turns Spark's options and columns into its sink (no
+services: the sinks are only built)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sparkeos.connectors.jdbc.format import PostgresFormat
+from sparkeos.connectors.kafka.format import KafkaFormat
+from sparkeos.connectors.sql.format import SqlFormat
+from sparkeos.connectors.stomp.format import StompFormat
+from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
+
+CHECKPOINT = {"checkpointLocation": "/tmp/sparkeos-formats-test/ckpt"}
+
+
+def schema(*names: str) -> pa.Schema:
+    return pa.schema([(n, pa.binary() if n in ("key", "value", "body") else pa.string())
+                      for n in names])
+
+
+def sink(fmt: Any, options: dict[str, str], *columns: str) -> Any:
+    return fmt(options={**CHECKPOINT, **options})._sink_and_settings(schema(*columns))[0]
+
+
+def test_kafka_takes_sparks_options_and_columns() -> None:
+    options = {"kafka.bootstrap.servers": "b:9092", "kafka.linger.ms": "5",
+               "kafka.transaction.timeout.ms": "90000", "topic": "out"}
+    made = sink(KafkaFormat, options, "key", "value", "headers", "topic")
+    assert (made.bootstrap_servers, made.topic, made.topic_column) == ("b:9092", "out", None)
+    assert (made.key_column, made.value_column, made.headers_column) == ("key", "value",
+                                                                         "headers")
+    assert made.producer_config == {"linger.ms": "5"}
+    assert made.transaction_timeout_ms == 90000
+    per_row = sink(KafkaFormat, {"kafka.bootstrap.servers": "b:9092"}, "value", "topic")
+    assert (per_row.topic, per_row.topic_column, per_row.key_column) == (None, "topic", None)
+    with pytest.raises(SchemaMismatchError, match="no 'value' column"):
+        sink(KafkaFormat, options, "key", "payload")
+    with pytest.raises(ConfigurationError, match="'partition' column"):
+        sink(KafkaFormat, options, "value", "partition")
+    with pytest.raises(ConfigurationError, match="needs a topic"):
+        sink(KafkaFormat, {"kafka.bootstrap.servers": "b:9092"}, "value")
+    with pytest.raises(ConfigurationError, match=r"kafka\.bootstrap\.servers"):
+        sink(KafkaFormat, {"topic": "out"}, "value")
+
+
+def test_postgres_takes_sparks_jdbc_options() -> None:
+    made = sink(PostgresFormat, {"url": "jdbc:postgresql://db:5432/shop", "user": "app",
+                                 "password": "p@ss", "dbtable": "orders",
+                                 "sparkeos.mode": "upsert", "sparkeos.key": "id, day"},
+                "id", "day")
+    assert made.table == "orders" and made.mode == "upsert" and made.key == ("id", "day")
+    assert "p@ss" not in str(made.describe())
+    with pytest.raises(ConfigurationError, match="not a PostgreSQL URL"):
+        sink(PostgresFormat, {"url": "jdbc:mysql://db/shop", "dbtable": "t"}, "id")
+
+
+def test_stomp_stages_under_the_checkpoint() -> None:
+    made = sink(StompFormat, {"url": "stomp://app@broker:61613", "destination": "orders",
+                              "sparkeos.name": "events"}, "body", "headers")
+    assert (made.destination, made.destination_column) == ("orders", None)
+    assert (made.body_column, made.headers_column) == ("body", "headers")
+    assert made.staging_dir == "/tmp/sparkeos-formats-test/ckpt/sparkeos-staging/events"
+    by_row = sink(StompFormat, {"url": "stomp://app@broker:61613",
+                                "sparkeos.destinationType": "none"}, "id", "destination")
+    assert (by_row.destination_column, by_row.body_column) == ("destination", None)
+    assert by_row.destination_type is None
+
+
+def test_sql_takes_a_sqlalchemy_url_and_a_table() -> None:
+    made = sink(SqlFormat, {"url": "sqlite:////tmp/shop.db", "dbtable": "orders",
+                            "sparkeos.createTable": "true"}, "id")
+    assert (made.table, made.create_table, made.key) == ("orders", True, None)
+    with pytest.raises(ConfigurationError, match="needs the option 'dbtable'"):
+        sink(SqlFormat, {"url": "sqlite:////tmp/shop.db"}, "id")
