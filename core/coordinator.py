@@ -143,9 +143,7 @@ class Coordinator:
                 run_direct(self.scope, self.recovery, self._direct_run, batch_id, runners,
                            metrics)
         except BaseException as exc:
-            self.scope.forget_states()  # re-read the log before anything else
-            if isinstance(exc, SparkEOSError):
-                self._remember_error(batch_id, exc)
+            self.batch_failed(batch_id, exc)
             raise
         metrics.total_ms = ms_since(started)
         log_event("batch.done", **self.scope.fields(batch_id), outcome=metrics.outcome,
@@ -186,6 +184,13 @@ class Coordinator:
     ) -> list[tuple[str, Transaction, Receipt]]:
         """(member, transaction, receipt) of every decided participant."""
         return self.scope.decided_transactions(state)
+
+    def batch_failed(self, batch_id: int, exc: BaseException) -> None:
+        """A batch failed, wherever it ran: re-read the log before anything else, and
+        keep a sparkeos error for ``sparkeos status``."""
+        self.scope.forget_states()
+        if isinstance(exc, SparkEOSError):
+            self._remember_error(batch_id, exc)
 
     def _remember_error(self, batch_id: int, exc: SparkEOSError) -> None:
         if self.log is None:

@@ -38,7 +38,7 @@ from .batch import ExactlyOnceBatch, Opened, ms_since
 from .commitlog import CommitLog, open_store, sink_log_location
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
-from .errors import CommitLogError, ConfigurationError, SparkEOSError
+from .errors import CommitLogError, ConfigurationError
 from .faults import FaultPlan, driver_group
 from .files import split_uri
 from .group import SINGLE, for_checkpoint
@@ -123,7 +123,7 @@ class FormatQuery:
         try:
             opened = batch.open()
         except BaseException as exc:
-            self._failed(batch_id, exc)
+            self.coordinator.batch_failed(batch_id, exc)
             raise
         if opened is None:
             log_event("format.batch_skipped", **scope.fields(batch_id),
@@ -161,7 +161,7 @@ class FormatQuery:
         try:
             self._commit(batch_id, results, schema, metrics)
         except BaseException as exc:
-            self._failed(batch_id, exc)
+            self.coordinator.batch_failed(batch_id, exc)
             raise
         metrics.total_ms = ms_since(started)
         log_event("batch.done", **scope.fields(batch_id), outcome=metrics.outcome,
@@ -227,11 +227,6 @@ class FormatQuery:
         c = self.coordinator
         return ExactlyOnceBatch(c.scope, c.checks, c.recovery, batch_id, runners, metrics,
                                 check_participants=False)
-
-    def _failed(self, batch_id: int, exc: BaseException) -> None:
-        self.coordinator.scope.forget_states()
-        if isinstance(exc, SparkEOSError):
-            self.coordinator._remember_error(batch_id, exc)
 
 
 def run_task(planned: PlannedBatch, partition: int, attempt_number: int, token: str,

@@ -80,10 +80,10 @@ class Recovery:
             if runner is not None and in_tasks:
                 runner.run_in_tasks(commit, items)
             else:
-                # Sinks that commit in tasks, without Spark (`sparkeos recover`, the
-                # format route's commit): this process commits what the tasks would
-                # have; it must reach the staged data (a shared directory or HDFS), else
-                # the sink says which host holds it.
+                # In this process: sinks that commit on the driver, and sinks that commit
+                # in tasks when there is no Spark at hand (`sparkeos recover`, the format
+                # route's commit), which must reach the staged data (a shared directory
+                # or HDFS), else the sink says which host holds it.
                 self.commit_on_driver(commit, items, state.batch_id, first)
             first = False
         self.scope.faults.driver("after_all_commits", state.batch_id)

@@ -31,6 +31,16 @@ from .fsutil import (
 from .protocol import Receipt
 from .txpool import AttemptRange, Transaction, TransactionPool
 
+CHECKPOINT_STAGING = "sparkeos-staging"
+"""A sink's staging directory beside its query's state:
+``<checkpointLocation>/sparkeos-staging/<sink name>``."""
+
+
+def checkpoint_staging_dir(location: str, sink_name: str) -> str:
+    """Under the query's checkpoint: shared by every driver restart and, on a cluster,
+    by every executor (the checkpoint must be)."""
+    return f"{location.rstrip('/')}/{CHECKPOINT_STAGING}/{sink_name}"
+
 
 def default_dir(env_var: str, name: str) -> str:
     """``$env_var`` if set, else ``~/.sparkeos/<name>`` (fine for ``local[*]`` Spark)."""

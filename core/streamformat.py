@@ -18,9 +18,9 @@ worker module Spark runs (``_COMMIT_WORKER``), which is read from the call stack
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 
@@ -38,6 +38,7 @@ try:  # pyspark >= 4.0; the module imports without it (the CLI, connectors' own 
 except ImportError:  # pragma: no cover - pyspark is a dependency
     DataSource = DataSourceStreamArrowWriter = WriterCommitMessage = object  # type: ignore
 
+T = TypeVar("T")
 PREFIX = "sparkeos."
 DEFAULT_MAX_PARTITIONS = 200
 """Spark's default ``spark.sql.shuffle.partitions``: the partition count of most
@@ -92,14 +93,28 @@ class Options:
                                  "true or false", fix=f'.option("{key}", "true")')
 
     def integer(self, key: str, default: int) -> int:
+        return self._parsed(key, default, int, "a whole number", "8")
+
+    def number(self, key: str, default: float) -> float:
+        return self._parsed(key, default, float, "a number", "30")
+
+    def _parsed(self, key: str, default: T, parse: Callable[[str], T], kind: str,
+                example: str) -> T:
         value = self.get(key)
         if value is None:
             return default
         try:
-            return int(value)
+            return parse(value)
         except ValueError:
             raise ConfigurationError(f"option {key}={value!r} of {self.format_name} is not "
-                                     "a whole number", fix=f'.option("{key}", "8")') from None
+                                     f"{kind}", fix=f'.option("{key}", "{example}")') from None
+
+    def names(self, key: str) -> list[str] | None:
+        """A comma-separated list of column names (``"id, day"``); None if not given."""
+        value = self.get(key)
+        if not value:
+            return None
+        return [name.strip() for name in value.split(",") if name.strip()]
 
     def with_prefix(self, prefix: str) -> dict[str, str]:
         """Every option under ``prefix`` (e.g. ``kafka.``), the prefix removed."""
@@ -128,12 +143,15 @@ class FormatSettings:
     def read(cls, options: Options) -> FormatSettings:
         settings: dict[str, Any] = {}
         for option, (field, kind) in SETTINGS.items():
-            if options.get(PREFIX + option) is None:
+            value = options.get(PREFIX + option)
+            if value is None:
                 continue
             if kind is int:
                 settings[field] = options.integer(PREFIX + option, 0)
+            elif kind is float:
+                settings[field] = options.number(PREFIX + option, 0.0)
             else:
-                settings[field] = kind(options.get(PREFIX + option))
+                settings[field] = value
         config = CoordinatorConfig(
             name=options.get(PREFIX + "name") or "sink",
             checkpoint_location=options.get("checkpointLocation"),

@@ -31,17 +31,15 @@ class PostgresFormat(SinkFormat):
     format_name = "sparkeos-postgres"
 
     def make_sink(self, options: Options, schema: pa.Schema) -> PostgresSink:
-        key = options.get("sparkeos.key")
-        timeout = options.get("sparkeos.lockTimeoutSeconds")
         return PostgresSink(
             dsn=postgres_uri(options.require("url", '"jdbc:postgresql://db:5432/shop"'),
                              options.get("user"), options.get("password")),
             table=options.require("dbtable", '"orders"'),
             mode=options.get("sparkeos.mode") or "transactional",
-            key=[k.strip() for k in key.split(",") if k.strip()] if key else None,
+            key=options.names("sparkeos.key"),
             create_table=options.flag("sparkeos.createTable", False),
             marker_table=options.get("sparkeos.markerTable") or "sparkeos_markers",
-            lock_timeout_s=float(timeout) if timeout else 30.0)
+            lock_timeout_s=options.number("sparkeos.lockTimeoutSeconds", 30.0))
 
 
 def postgres_uri(url: str, user: str | None, password: str | None) -> str:

@@ -42,7 +42,7 @@ class KafkaFormat(SinkFormat):
             raise ConfigurationError(
                 "the sparkeos-kafka format needs the option 'kafka.bootstrap.servers'",
                 fix='.option("kafka.bootstrap.servers", "host:9092")')
-        timeout = producer.pop("transaction.timeout.ms", None)
+        producer.pop("transaction.timeout.ms", None)  # the sink's own setting, below
         columns = set(schema.names)
         if "value" not in columns:
             raise SchemaMismatchError(
@@ -68,7 +68,7 @@ class KafkaFormat(SinkFormat):
             key_column="key" if "key" in columns else None, value_column="value",
             headers_column="headers" if "headers" in columns else None,
             producer_config=dict(producer),
-            transaction_timeout_ms=int(timeout) if timeout else 60_000,
+            transaction_timeout_ms=options.integer("kafka.transaction.timeout.ms", 60_000),
             staging_dir=options.get("sparkeos.stagingDir"),
             fsync=options.flag("sparkeos.fsync", True),
             transactional_id_prefix=options.get("sparkeos.transactionalIdPrefix") or "",

@@ -21,17 +21,15 @@ import pyarrow as pa
 
 from sparkeos.core.errors import DataLossError
 from sparkeos.core.protocol import Receipt, Transaction
+from sparkeos.core.staging import CHECKPOINT_STAGING as CHECKPOINT_STAGING
 from sparkeos.core.staging import StagingArea, default_dir
+from sparkeos.core.staging import checkpoint_staging_dir as checkpoint_staging_dir
 
 from . import markers
 from .config import STAGING_ENV, KafkaConfig
 from .errors import PHASE2
 
 STAGED_FILE = "records.arrow"
-CHECKPOINT_STAGING = "sparkeos-staging"
-"""The default staging directory: ``<checkpointLocation>/sparkeos-staging/<sink name>``."""
-
-
 def default_staging_dir() -> str:
     """Where a sink not bound to a checkpoint stages (runners without Spark):
     ``$SPARKEOS_KAFKA_STAGING_DIR``, else ``~/.sparkeos/kafka-staging``."""
@@ -50,10 +48,6 @@ def staging_area(config: KafkaConfig) -> StagingArea:
                            setting=f"KafkaSink(staging_dir=...) / ${STAGING_ENV}")
         config.__dict__["_staging"] = area
     return area
-
-
-def checkpoint_staging_dir(location: str, sink_name: str) -> str:
-    return f"{location.rstrip('/')}/{CHECKPOINT_STAGING}/{sink_name}"
 
 
 @dataclass

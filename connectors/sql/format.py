@@ -24,12 +24,11 @@ class SqlFormat(SinkFormat):
     format_name = "sparkeos-sql"
 
     def make_sink(self, options: Options, schema: pa.Schema) -> SqlTableSink:
-        key = options.get("sparkeos.key")
         return SqlTableSink(
             url=options.require("url", '"sqlite:////data/shop.db"'),
             table=options.require("dbtable", '"orders"'),
             create_table=options.flag("sparkeos.createTable", False),
-            key=[k.strip() for k in key.split(",") if k.strip()] if key else None)
+            key=options.names("sparkeos.key"))
 
 
 FORMATS = (SqlFormat,)

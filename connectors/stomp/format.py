@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from sparkeos.core.staging import checkpoint_staging_dir
 from sparkeos.core.streamformat import Options, SinkFormat
 
 from .sink import StompSink
@@ -38,8 +39,7 @@ class StompFormat(SinkFormat):
         staging = options.get("sparkeos.stagingDir")
         checkpoint = options.get("checkpointLocation")
         if staging is None and checkpoint:
-            name = options.get("sparkeos.name") or "sink"
-            staging = f"{checkpoint.rstrip('/')}/sparkeos-staging/{name}"
+            staging = checkpoint_staging_dir(checkpoint, options.get("sparkeos.name") or "sink")
         return StompSink(
             url=options.require("url", '"stomp://app@broker:61613"'),
             passcode=options.get("passcode"),

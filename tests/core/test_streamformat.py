@@ -181,6 +181,9 @@ def test_options(tmp_path: Any) -> None:
     options = Options({"sparkeos.maxPartitions": "many"}, "sparkeos-parquet")
     with pytest.raises(ConfigurationError, match="not a whole number"):
         FormatSettings.read(options)
+    options = Options({"sparkeos.leaseTtlSeconds": "soon", **base}, "sparkeos-parquet")
+    with pytest.raises(ConfigurationError, match="not a number"):
+        FormatSettings.read(options)
     assert CoordinatorConfig(name="sink").guarantee is Guarantee.EXACTLY_ONCE
 
 
