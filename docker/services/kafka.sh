@@ -220,12 +220,15 @@ format_storage() {
   if [[ -f "$DATA/meta.properties" ]]; then return 0; fi
   local cluster_id
   if [[ -n "$PY" ]]; then
-    cluster_id="$("$PY" -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+    # as Kafka's own Uuid.randomUuid: an ID starting with '-' would be read as an option
+    cluster_id="$("$PY" -c 'import base64, uuid
+while (i := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"): pass
+print(i)')"
   else
     cluster_id="$("${JAVA[@]}" kafka.tools.StorageTool random-uuid | tail -n1)"
   fi
   log "formatting KRaft storage in $DATA (cluster id $cluster_id)"
-  "${JAVA[@]}" kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" -c "$PROPS" \
+  "${JAVA[@]}" kafka.tools.StorageTool format --ignore-formatted "--cluster-id=$cluster_id" -c "$PROPS" \
     >"$KDIR/format.log" 2>&1 || { cat "$KDIR/format.log" >&2; die "kafka-storage format failed"; }
 }
 
