@@ -424,10 +424,14 @@ def format_options(spec: JobSpec) -> dict[str, str]:
 
 
 def run_format_spec(spec: JobSpec, spark: Any, df: Any, timeout: float | None) -> int:
-    """``run_spec`` through the sink's format: ``df.writeStream.format(...)``."""
-    import sparkeos
+    """``run_spec`` through the sink's format: ``df.writeStream.format(...)``. A classic
+    session finds the formats as a user's does, through Spark's discovery of the
+    installed ``pyspark_sparkeos_*`` modules (and saves a second per run); a Connect
+    session proves ``sparkeos.register``, called from the client."""
+    if spec.connect:
+        import sparkeos
 
-    sparkeos.register(spark)
+        sparkeos.register(spark)
     if spec.sink.get("select"):
         df = df.selectExpr(*spec.sink["select"])
     query = (df.writeStream.format(spec.sink["format"]).options(**format_options(spec))
