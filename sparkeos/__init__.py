@@ -5,7 +5,8 @@
 
     df.writeStream.foreachBatch(exactly_once(FileSink("/data/out"), name="out"))
 
-Or, after ``sparkeos.register(spark)``, as a format of Spark's own:
+Or as a format of Spark's own, which installing sparkeos registers (else
+``sparkeos.register(spark)``; docs/formats.md):
 
     df.writeStream.format("sparkeos-parquet").option("path", "/data/out")
 
