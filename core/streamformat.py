@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - pyspark is a dependency
 
 T = TypeVar("T")
 PREFIX = "sparkeos."
+DEFAULT_SINK_NAME = "sink"
 DEFAULT_MAX_PARTITIONS = 200
 """Spark's default ``spark.sql.shuffle.partitions``: the partition count of most
 streaming aggregations."""
@@ -116,6 +117,10 @@ class Options:
             return None
         return [name.strip() for name in value.split(",") if name.strip()]
 
+    def sink_name(self) -> str:
+        """``sparkeos.name``: the sink's name in the commit log and transaction IDs."""
+        return self.get(PREFIX + "name") or DEFAULT_SINK_NAME
+
     def with_prefix(self, prefix: str) -> dict[str, str]:
         """Every option under ``prefix`` (e.g. ``kafka.``), the prefix removed."""
         found = {k[len(prefix):]: v for k, v in self._values.items() if k.startswith(prefix)}
@@ -153,7 +158,7 @@ class FormatSettings:
             else:
                 settings[field] = value
         config = CoordinatorConfig(
-            name=options.get(PREFIX + "name") or "sink",
+            name=options.sink_name(),
             checkpoint_location=options.get("checkpointLocation"),
             **settings)
         max_partitions = options.integer(PREFIX + "maxpartitions", DEFAULT_MAX_PARTITIONS)

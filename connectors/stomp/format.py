@@ -39,7 +39,7 @@ class StompFormat(SinkFormat):
         staging = options.get("sparkeos.stagingDir")
         checkpoint = options.get("checkpointLocation")
         if staging is None and checkpoint:
-            staging = checkpoint_staging_dir(checkpoint, options.get("sparkeos.name") or "sink")
+            staging = checkpoint_staging_dir(checkpoint, options.sink_name())
         return StompSink(
             url=options.require("url", '"stomp://app@broker:61613"'),
             passcode=options.get("passcode"),

@@ -3,6 +3,7 @@ services: the sinks are only built)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pyarrow as pa
@@ -13,6 +14,7 @@ from sparkeos.connectors.kafka.format import KafkaFormat
 from sparkeos.connectors.sql.format import SqlFormat
 from sparkeos.connectors.stomp.format import StompFormat
 from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
+from sparkeos.core.staging import checkpoint_staging_dir
 
 CHECKPOINT = {"checkpointLocation": "/tmp/sparkeos-formats-test/ckpt"}
 
@@ -68,6 +70,14 @@ def test_stomp_stages_under_the_checkpoint() -> None:
                                 "sparkeos.destinationType": "none"}, "id", "destination")
     assert (by_row.destination_column, by_row.body_column) == ("destination", None)
     assert by_row.destination_type is None
+    # Under the sink's name as the commit log has it; a relative checkpoint made
+    # absolute (the tasks may run in another directory).
+    relative = StompFormat(options={"url": "stomp://app@broker:61613", "destination": "o",
+                                    "checkpointLocation": "ckpt"})
+    made, settings = relative._sink_and_settings(schema("body"))
+    assert made.staging_dir == checkpoint_staging_dir(os.path.abspath("ckpt"),
+                                                      settings.config.name)
+    assert os.path.isabs(made.staging_dir)
 
 
 def test_sql_takes_a_sqlalchemy_url_and_a_table() -> None:
