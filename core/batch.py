@@ -32,6 +32,7 @@ from .errors import (
 from .group import SINGLE
 from .observe import BatchMetrics, log_event
 from .recovery import Recovery
+from .replay import note_replays
 from .scope import Scope
 from .tasks import BatchRunner, DirectTask, PrepareTask, TaskResult
 
@@ -171,6 +172,7 @@ class ExactlyOnceBatch:
         if started is not None:
             m.prepare_ms = ms_since(started)
         m.rows = sum(int(r["rows"]) for r in results)
+        note_replays(scope.name, scope.pool.query_key, self.batch_id, participants, m)
         scope.faults.driver("after_all_prepared", self.batch_id)
         return participants
 
@@ -233,6 +235,7 @@ def run_direct(scope: Scope, recovery: Recovery, direct_run: int, batch_id: int,
                 DirectTask(scope.members[member], scope.pool, batch_id, direct_run,
                            offset, scope.faults))
             m.rows += sum(int(r["rows"]) for r in results)
+            note_replays(scope.name, scope.pool.query_key, batch_id, results, m)
     m.prepare_ms = ms_since(t0)
     m.outcome = "direct"
 

@@ -9,14 +9,21 @@ was refused or failed cannot make the corrected query look changed.
 
 from __future__ import annotations
 
+import logging
+import os
+import posixpath
+import socket
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from .commitlog import IDENTITY_PINNED
-from .errors import ConfigurationError, SchemaMismatchError
+from .commitlog import IDENTITY_PINNED, SINK_LOGS_DIR, CommitLog, open_store
+from .errors import ConfigurationError, SchemaMismatchError, SparkEOSError
+from .files import split_uri
 from .group import SINGLE, SinkGroup
+from .lease import driver_pid, lease_held
+from .observe import log_event
 from .scope import Scope
 
 
@@ -79,6 +86,7 @@ class PreDecisionChecks:
         if self.recorded_meta().get(IDENTITY_PINNED):
             self._existing_checked = True
             return
+        self.check_renamed_sink(batch_id)
         name = self.scope.name
         for part in self.scope.members.values():
             found = part.output_of_other_queries(self.scope.pool.query_key, name)
@@ -96,6 +104,40 @@ class PreDecisionChecks:
                     "another sink name or destination. Nothing was written",
                 )
         self._existing_checked = True
+
+    def check_renamed_sink(self, batch_id: int) -> None:
+        """Before a sink whose log is new writes batch N: another sink of this
+        checkpoint, of the same type and destination, that decided batch N or later is
+        most likely this sink under its old name. Its decided batches are committed by
+        recovery (``sparkeos recover`` walks every sink of a checkpoint) and Spark
+        replays them to the new name: writing them here would put them there twice."""
+        log = self.scope.require_log()
+        mine = self.recorded_meta()
+        for name, other in sibling_logs(log.location, self.scope.name):
+            try:
+                meta = other.read_meta() or {}
+                if (meta.get("sink_type") != mine.get("sink_type")
+                        or meta.get("identity") != mine.get("identity")
+                        or held_by_this_process(other.read_lease())):
+                    continue  # another destination, or a live sink of this very query
+                decided = sorted(b for b, state in other.batches().items()
+                                 if b >= batch_id and state.decided is not None)
+            except SparkEOSError as exc:  # that log's own problem: its sink reports it
+                log_event("check.sibling_unreadable", logging.WARNING,
+                          sink=self.scope.name, other=name, cause=str(exc))
+                continue
+            if decided:
+                raise ConfigurationError(
+                    f"sink {self.scope.name!r} is new in this checkpoint, but sink {name!r} "
+                    f"of the same checkpoint writes the same destination and decided batch "
+                    f"{decided[-1]} (this one is about to write batch {batch_id}): a renamed "
+                    f"sink would write batches {name!r} decided a second time",
+                    sink=self.scope.name, batch_id=batch_id,
+                    fix=f"restart the query with the old name {name!r} until Spark has "
+                    f"committed batch {decided[-1]} (run at least one batch past it), then "
+                    "rename; if both sinks are meant to write the destination, pass "
+                    "existing_output='accept' (option sparkeos.existingOutput). Nothing "
+                    "was written")
 
     def pin_on_decision(self, schemas: Mapping[str, pa.Schema]) -> None:
         """Pin the schema and the destination once a batch is decided (never before: a
@@ -115,6 +157,35 @@ class PreDecisionChecks:
         meta["identity"] = meta.get("identity") if meta.get(IDENTITY_PINNED) else identity
         meta[IDENTITY_PINNED] = True
         self.scope.require_log().write_meta(meta)
+
+
+def sibling_logs(location: str, name: str) -> list[tuple[str, CommitLog]]:
+    """The other sinks' commit logs of the checkpoint ``location`` belongs to
+    (``<checkpoint>/sparkeos/<sink>``): none where the store cannot list them."""
+    try:
+        files, path = split_uri(location)
+    except ConfigurationError:
+        return []  # a store only Spark's JVM reaches, or one in memory (tests)
+    parent = posixpath.dirname(path.rstrip("/"))
+    if posixpath.basename(parent) != SINK_LOGS_DIR:
+        return []  # not a checkpoint's log (a log of its own, in a test)
+    try:
+        names = files.listdir(parent)
+    except FileNotFoundError:
+        return []
+    return [(other, CommitLog(open_store(files.uri(posixpath.join(parent, other)))))
+            for other in sorted(names) if other != name and not other.startswith(".")
+            and files.isdir(posixpath.join(parent, other))]
+
+
+def held_by_this_process(lease: dict[str, Any] | None) -> bool:
+    """A fresh lease this process holds: a sink of the same query run beside this one
+    (two sinks of one query may write one destination), never an abandoned name."""
+    if not lease_held(lease):
+        return False
+    assert lease is not None
+    return (lease.get("host") == socket.gethostname()
+            and int(lease.get("pid") or 0) in (os.getpid(), driver_pid()))
 
 
 def schema_fields(schema: pa.Schema) -> list[list[str]]:

@@ -260,8 +260,12 @@ def local_path(location: str) -> str:
     return parsed.path if parsed.scheme == "file" else location
 
 
+SINK_LOGS_DIR = "sparkeos"
+"""The directory of a checkpoint that holds one commit log per sink name."""
+
+
 def sink_log_location(checkpoint_location: str, sink: str) -> str:
-    return f"{checkpoint_location.rstrip('/')}/sparkeos/{sink}"
+    return f"{checkpoint_location.rstrip('/')}/{SINK_LOGS_DIR}/{sink}"
 
 
 def open_store(location: str, spark: Any = None) -> Store:

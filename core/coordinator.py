@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, final
 
 from .batch import ExactlyOnceBatch, ms_since, run_direct
@@ -154,17 +154,19 @@ class Coordinator:
         return metrics
 
     def recover(self, runner: Runners | None = None, *,
-                full: bool | None = None) -> list[dict[str, Any]]:
+                full: bool | None = None,
+                guard: Callable[[], None] | None = None) -> list[dict[str, Any]]:
         """Finish decided batches, abort runs left without an outcome, sweep leftovers.
 
         Idempotent, and safe beside a live driver: an outcome is written once, so a
         run this recovery aborts can never be decided, and a decided run is only ever
         committed. ``full`` (default: on a coordinator's first call) also sweeps every
         batch still on record, for state that late task attempts prepared after the
-        earlier sweeps.
+        earlier sweeps. ``guard`` runs after the log was read, before any run is
+        aborted, and may refuse by raising (``sparkeos recover`` checks the lease there).
         """
         runners = self._runners(runner) if runner is not None else {}
-        return self.recovery.recover(runners, full=full)
+        return self.recovery.recover(runners, full=full, guard=guard)
 
     def states(self) -> dict[int, BatchState]:
         return dict(self.scope.load_states())

@@ -64,10 +64,19 @@ TASK_POINTS = (
 )
 EXECUTOR_POINTS = ("kill_executor_before_prepare", "kill_executor_after_commit")
 ALL_POINTS = DRIVER_POINTS + TASK_POINTS
-DIRECT_POINTS = ("kill_task_mid_write",)
-"""For ``at_least_once``: the first attempt of partition 0's task dies (its worker
-exits at once) after writing its first rows, before its transaction is committed."""
+DIRECT_POINTS = ("kill_task_mid_write", "kill_task_mid_write_after_first_commit")
+"""For ``at_least_once``: ``kill_task_mid_write``: the first attempt of partition 0's
+task dies (its worker exits at once) after writing its first rows, before its
+transaction is committed. ``kill_task_mid_write_after_first_commit``: the first attempt
+of partition 1's task, after its first rows, waits until partition 0's task committed
+(a signal file in ``$SPARKEOS_FAULT_DIR``), then dies the same way: a batch half
+written, the case of a replay partitioned otherwise."""
+AFTER_FIRST_COMMIT_SIGNAL = "direct-committed-p0"
 SPECULATION_POINTS = ("speculate_copy_wins", "speculate_original_wins")
+PAUSE_POINTS = ("hold_in_phase_1",)
+"""Not a crash: ``hold_in_phase_1``: the first attempt of partition 0's phase-1 task,
+its rows written, leaves ``held`` in ``$SPARKEOS_FAULT_DIR`` and waits for ``release``
+there (a batch as long as a test needs, e.g. to run ``sparkeos recover`` beside it)."""
 BARRIER_ENV = "SPARKEOS_FAULT_DIR"
 KILL_GROUP_ENV = "SPARKEOS_FAULT_KILL_GROUP"
 """A process group to kill for a driver crash. Under Spark Connect the foreachBatch
@@ -136,11 +145,13 @@ class FaultPlan:
         if not spec:
             return cls()
         point, _, batch = spec.partition("@")
-        known = ALL_POINTS + SPECULATION_POINTS + EXECUTOR_POINTS + DIRECT_POINTS
+        known = (ALL_POINTS + SPECULATION_POINTS + EXECUTOR_POINTS + DIRECT_POINTS
+                 + PAUSE_POINTS)
         if point not in known:
             raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {known}")
         barrier = os.environ.get(BARRIER_ENV, "")
-        if point in SPECULATION_POINTS and not barrier:
+        if (point in SPECULATION_POINTS + PAUSE_POINTS
+                or point == "kill_task_mid_write_after_first_commit") and not barrier:
             raise ValueError(f"{ENV_VAR}={spec!r} needs {BARRIER_ENV} (a directory every "
                              "executor can reach) for its signal files")
         group = os.environ.get(KILL_GROUP_ENV, "")
@@ -186,6 +197,36 @@ class FaultPlan:
                 os.kill(executor, signal.SIGKILL)
                 time.sleep(60)  # the worker ends with its executor
         os._exit(CRASH_EXIT_CODE)
+
+    def hold(self, batch_id: int, partition: int, attempt_number: int) -> None:
+        """``hold_in_phase_1``: wait for the test's ``release`` (see ``PAUSE_POINTS``)."""
+        if (partition != 0 or attempt_number != 0 or self.simulate
+                or not self._matches("hold_in_phase_1", batch_id)):
+            return
+        self._signal("held")
+        self._wait("release")
+
+    # -- at-least-once tasks -----------------------------------------------------------------
+    def mid_write(self, batch_id: int, partition: int, attempt_number: int) -> None:
+        """A direct task wrote its first rows (``DIRECT_POINTS``)."""
+        if self._matches("kill_task_mid_write", batch_id):
+            self.task("kill_task_mid_write", batch_id, partition, attempt_number)
+        point = "kill_task_mid_write_after_first_commit"
+        if partition != 1 or attempt_number != 0 or not self._matches(point, batch_id):
+            return
+        if self.simulate:
+            raise InjectedTaskFailure(f"{point}@{batch_id}")
+        self._wait(AFTER_FIRST_COMMIT_SIGNAL)
+        print(f"sparkeos fault injection: task of partition 1 killed at {point} batch "
+              f"{batch_id}", file=sys.stderr, flush=True)
+        os._exit(CRASH_EXIT_CODE)
+
+    def direct_committed(self, batch_id: int, partition: int) -> None:
+        """A direct task committed its transaction."""
+        point = "kill_task_mid_write_after_first_commit"
+        if (partition == 0 and not self.simulate and self.barrier_dir
+                and self._matches(point, batch_id)):
+            self._signal(AFTER_FIRST_COMMIT_SIGNAL)
 
     # -- speculation scenarios ------------------------------------------------------------
     def _speculating(self, batch_id: int) -> bool:

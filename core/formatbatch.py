@@ -24,7 +24,9 @@ one the foreachBatch route takes, on the same commit log, so ``sparkeos status``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import random
 import time
@@ -42,10 +44,11 @@ from .errors import CommitLogError, ConfigurationError
 from .faults import FaultPlan, driver_group
 from .files import split_uri
 from .group import SINGLE, for_checkpoint
-from .lease import lease_record
+from .lease import TaskRenewal, driver_pid, lease_record
 from .observe import BatchMetrics, log_event
 from .protocol import TransactionalSink
 from .queryrun import claim_log
+from .replay import note_replays
 from .spark import checkpoint_query_id, require_durable_checkpoint
 from .tasks import DirectTask, PrepareTask, TaskResult
 from .txpool import DIRECT_RUNS, query_key_for
@@ -63,6 +66,8 @@ class PlannedBatch:
     before: its tasks write nothing) or under a weaker guarantee."""
     task: PrepareTask | DirectTask | None
     max_partitions: int
+    lease: TaskRenewal | None = None
+    """How the tasks keep the query's lease while they write (exactly-once)."""
 
 
 class FormatQuery:
@@ -102,11 +107,30 @@ class FormatQuery:
     def sink(self) -> TransactionalSink[Any]:
         return self.coordinator.sink
 
-    def keep_lease(self) -> None:
-        """Tell operator commands the query is running (renewed at every planning and
-        commit: the format route has no process that lives through the query run)."""
-        if self.log is not None:
-            self.log.write_lease(lease_record(self.query_id, None, self.config.lease_ttl_s))
+    def keep_lease(self, batch_id: int) -> dict[str, Any] | None:
+        """Tell operator commands a batch of the query is running: written at its
+        planning (before ``begun``) and its commit, renewed by its tasks and its commit
+        while they run (``core.lease``). It names the driver's JVM, which lives as long
+        as the query run, not this worker."""
+        if self.log is None:
+            return None
+        record = lease_record(self.query_id, None, self.config.lease_ttl_s,
+                              pid=driver_pid(), batch=batch_id)
+        self.log.write_lease(record)
+        return record
+
+    def release_lease(self, batch_id: int) -> None:
+        """The batch is committed or aborted: nothing of the query is open until the
+        next batch's planning takes the lease again."""
+        if self.log is None:
+            return
+        try:
+            self.log.write_lease(lease_record(self.query_id, None, self.config.lease_ttl_s,
+                                              released=True, pid=driver_pid(),
+                                              batch=batch_id))
+        except Exception as exc:  # it expires by itself; the batch's fate is settled
+            log_event("lease.write_failed", logging.WARNING, log=self.log.location,
+                      cause=str(exc))
 
     # -- planning ------------------------------------------------------------------------
     def plan(self, schema: pa.Schema) -> PlannedBatch:
@@ -115,7 +139,9 @@ class FormatQuery:
             return self._plan_direct(schema)
         assert self.location is not None  # exactly-once requires it (FormatSettings)
         batch_id = planned_batch(self.location)
-        self.keep_lease()
+        record = self.keep_lease(batch_id)
+        assert self.log is not None and record is not None
+        lease = TaskRenewal(self.log.location, record, time.time())
         scope = self.coordinator.scope
         batch = self._batch(batch_id, {SINGLE: _Planned(self.max_partitions, schema)},
                             BatchMetrics(scope.pool.query_key, scope.name, batch_id,
@@ -124,6 +150,7 @@ class FormatQuery:
             opened = batch.open()
         except BaseException as exc:
             self.coordinator.batch_failed(batch_id, exc)
+            self.release_lease(batch_id)  # the query fails: Spark calls no abort()
             raise
         if opened is None:
             log_event("format.batch_skipped", **scope.fields(batch_id),
@@ -131,18 +158,33 @@ class FormatQuery:
             return PlannedBatch(batch_id, self.query_id, None, None, self.max_partitions)
         task = PrepareTask(self.sink, scope.pool, batch_id, opened.run, self.max_partitions,
                            self.config.task_attempts, scope.faults)
-        return PlannedBatch(batch_id, self.query_id, opened.run, task, self.max_partitions)
+        return PlannedBatch(batch_id, self.query_id, opened.run, task, self.max_partitions,
+                            lease)
 
     def _plan_direct(self, schema: pa.Schema) -> PlannedBatch:
-        """Each task commits its own transaction, under the batch ID it runs in."""
+        """Each task commits its own transaction, under the batch ID it runs in. The
+        first planning in a process (a restart's) first sweeps what earlier runs' tasks
+        left under the batch being planned (``Recovery.sweep_direct``: claims, staged
+        files, transactions left open), as the foreachBatch route does."""
         scope = self.coordinator.scope
         self.sink.validate(schema)
+        self._sweep_direct_once()
         batch_id = -1  # each task takes its own (``run_task``)
         # A run number of its own per batch: a replayed batch never meets the IDs an
         # earlier, killed run committed or left claimed.
         run = random.randrange(DIRECT_RUNS.start, DIRECT_RUNS.stop)
         task = DirectTask(self.sink, scope.pool, batch_id, run, 0, scope.faults)
         return PlannedBatch(batch_id, self.query_id, None, task, self.max_partitions)
+
+    def _sweep_direct_once(self) -> None:
+        if self.location is None:
+            return  # no checkpoint: no batch to name (the tasks' IDs keep runs apart)
+        key = (self.location, self.config.name)
+        if key in _SWEPT_DIRECT:
+            return
+        self.coordinator.recovery.sweep_direct(planned_batch(self.location),
+                                               self.max_partitions)
+        _SWEPT_DIRECT.add(key)
 
     # -- the decision and phase 2 ------------------------------------------------------
     def commit(self, batch_id: int, results: Sequence[TaskResult],
@@ -155,14 +197,18 @@ class FormatQuery:
         if self.config.guarantee is not Guarantee.EXACTLY_ONCE:
             metrics.outcome, metrics.partitions = "direct", len(results)
             metrics.rows = sum(int(r.get("rows", 0)) for r in results)
+            note_replays(scope.name, scope.pool.query_key, batch_id, results, metrics)
             return metrics
         started = time.perf_counter()
-        self.keep_lease()
+        record = self.keep_lease(batch_id)
+        assert self.log is not None and record is not None
         try:
-            self._commit(batch_id, results, schema, metrics)
+            with TaskRenewal(self.log.location, record, time.time()).renewing():
+                self._commit(batch_id, results, schema, metrics)
         except BaseException as exc:
             self.coordinator.batch_failed(batch_id, exc)
-            raise
+            raise  # Spark calls abort(), which releases the lease
+        self.release_lease(batch_id)
         metrics.total_ms = ms_since(started)
         log_event("batch.done", **scope.fields(batch_id), outcome=metrics.outcome,
                   run=metrics.run, rows=metrics.rows, partitions=metrics.partitions,
@@ -210,8 +256,12 @@ class FormatQuery:
         finishes it)."""
         if self.config.guarantee is not Guarantee.EXACTLY_ONCE:
             return
-        self._abort_other_runs(batch_id, keep=None, cause="Spark aborted the batch's write "
-                               "(a task failed with no retries left)")
+        try:
+            self._abort_other_runs(batch_id, keep=None, cause="Spark aborted the batch's "
+                                   "write (a task failed with no retries left, or the query "
+                                   "stopped)")
+        finally:
+            self.release_lease(batch_id)
 
     def _abort_other_runs(self, batch_id: int, keep: int | None,
                           cause: str = "another run of the batch was decided") -> None:
@@ -266,7 +316,8 @@ def run_task(planned: PlannedBatch, partition: int, attempt_number: int, token: 
             "partition count (spark.sql.shuffle.partitions, or the source's partitions), "
             "or repartition the stream; the batch is re-run, nothing is lost")
     attempt = TaskAttempt(partition, attempt_number, token)
-    result = planned.task(attempt, batches)
+    with planned.lease.renewing() if planned.lease else contextlib.nullcontext():
+        result = planned.task(attempt, batches)
     return {**result, "run": planned.run}
 
 
@@ -282,6 +333,8 @@ def _bound(sink: TransactionalSink[Any], location: str, name: str) -> Transactio
 
 
 _BOUND: dict[tuple[int, str, str], tuple[TransactionalSink[Any], TransactionalSink[Any]]] = {}
+_SWEPT_DIRECT: set[tuple[str, str]] = set()
+"""(checkpoint, sink) pairs whose at-least-once leftovers this process swept."""
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """The local property Spark sets on the jobs of a micro-batch."""
 

@@ -6,16 +6,28 @@ longer than its lifetime, and ``recover`` would then abort the batch being writt
 ``LeaseKeeper`` renews it from a daemon thread of the process that runs the batches,
 every tenth of its lifetime, for as long as the query run is active; once the query
 stops it writes the lease released, and ``recover`` may act at once.
+
+The format route has no process that lives as long as the query run, only Spark's
+workers, which come and go. There the lease is held from the planning of a batch until
+its commit ends: written before ``begun``, renewed by the batch's tasks
+(``TaskRenewal``) and by its commit while they run, released when the batch is
+committed or aborted. Between two batches nothing is open, and ``recover`` checks the
+lease after it read the log (``Coordinator.recover(guard=...)``): a run it finds open
+was begun after its lease was written, so it is refused, never aborted. The record names
+the driver's JVM (``driver_pid``), not a worker: a worker Spark reaps is no sign that the
+query is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .commitlog import CommitLog
@@ -25,10 +37,30 @@ RENEWALS_PER_LIFETIME = 10
 
 
 def lease_record(query_id: str | None, run_id: str | None, ttl_s: float, *,
-                 released: bool = False) -> dict[str, Any]:
-    return {"query_id": query_id, "run_id": run_id, "host": socket.gethostname(),
-            "pid": os.getpid(), "renewed": time.time(), "ttl_s": ttl_s,
+                 released: bool = False, pid: int | None = None, host: str | None = None,
+                 batch: int | None = None) -> dict[str, Any]:
+    """``pid`` and ``host``: the process whose life is the query run's (default: this
+    one); ``batch``: the batch that holds it (the format route)."""
+    return {"query_id": query_id, "run_id": run_id, "host": host or socket.gethostname(),
+            "pid": os.getpid() if pid is None else pid, "renewed": time.time(),
+            "ttl_s": ttl_s, **({"batch": batch} if batch is not None else {}),
             **({"released": True} if released else {})}
+
+
+def driver_pid() -> int:
+    """The driver's JVM, from one of Spark's Python workers on the driver's host (the
+    nearest ancestor running ``java``); this process's parent where none is found."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/comm") as fh:
+                if fh.read().strip() == "java":
+                    return pid
+            with open(f"/proc/{pid}/stat") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return os.getppid()
 
 
 def lease_held(lease: dict[str, Any] | None, now: float | None = None) -> bool:
@@ -100,4 +132,50 @@ class LeaseKeeper:
             self.renew()
 
 
-__all__ = ["LeaseKeeper", "lease_held", "lease_record"]
+@dataclass(frozen=True)
+class TaskRenewal:
+    """What the tasks of a format-route batch need to keep its lease while they run
+    (pickled with the plan): where the log is and the record to write. A task renews
+    once a tenth of the lifetime has passed since the planning, and every tenth after
+    that, from a daemon thread, until it ends: short batches write nothing."""
+
+    log_location: str
+    record: dict[str, Any]
+    planned_at: float
+
+    @contextlib.contextmanager
+    def renewing(self) -> Iterator[None]:
+        stop = threading.Event()
+        thread = threading.Thread(target=self._run, args=(stop,), daemon=True,
+                                  name="sparkeos-lease-task")
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+
+    def _run(self, stop: threading.Event) -> None:
+        ttl = float(self.record.get("ttl_s", 0))
+        interval = ttl / RENEWALS_PER_LIFETIME
+        if interval <= 0:
+            return
+        elapsed = max(0.0, time.time() - self.planned_at)
+        while not stop.wait(max(0.0, interval - elapsed % interval)):
+            elapsed = 0.0
+            self._renew()
+
+    def _renew(self) -> None:
+        from .commitlog import CommitLog, is_local_uri, local_path, open_store
+
+        if is_local_uri(self.log_location) and not os.path.isdir(
+                local_path(self.log_location)):
+            return  # a local path of the driver's host: not this one
+        try:
+            CommitLog(open_store(self.log_location)).write_lease(
+                {**self.record, "renewed": time.time()})
+        except Exception as exc:  # the next renewal tries again
+            log_event("lease.write_failed", logging.WARNING, log=self.log_location,
+                      cause=str(exc))
+
+
+__all__ = ["LeaseKeeper", "TaskRenewal", "driver_pid", "lease_held", "lease_record"]

@@ -68,6 +68,13 @@ class BatchMetrics:
     recover_ms: float = 0.0
     """Time spent finishing earlier batches (``recovered``) before this one."""
     recovered: list[dict[str, Any]] = field(default_factory=list)
+    replays_skipped: int = 0
+    """Participants that found their (batch, partition) committed by an earlier run with
+    the same rows, and wrote nothing."""
+    replays_rewritten: int = 0
+    """Participants that found their (batch, partition) committed by an earlier run with
+    other rows (a replay partitioned otherwise): written again, reported as
+    ``replay.nondeterministic``."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

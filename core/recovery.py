@@ -9,7 +9,7 @@ record (``aborted``, or ``decided`` for every attempt it does not name): a task'
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,12 +31,18 @@ class Recovery:
         self.direct_swept = False
 
     def recover(self, runners: Mapping[str, BatchRunner], *,
-                full: bool | None = None) -> list[dict[str, Any]]:
+                full: bool | None = None,
+                guard: Callable[[], None] | None = None) -> list[dict[str, Any]]:
         """Finish decided batches, abort runs left without an outcome, sweep leftovers
-        (``Coordinator.recover`` says when ``full`` sweeps everything)."""
+        (``Coordinator.recover`` says when ``full`` sweeps everything). ``guard`` runs
+        after the log was read and before the first run is aborted, and may refuse by
+        raising (an operator's recover checks there that no running query holds the
+        lease: a run begun by a live query was begun after its lease was written)."""
         states = self.scope.load_states()
         full = not self.swept_all if full is None else full
         done: list[dict[str, Any]] = []
+        if guard is not None and any(s.open_runs for s in states.values()):
+            guard()
         for state in sorted(states.values(), key=lambda s: s.batch_id):
             for run in state.open_runs:
                 held = self.scope.settle(state, run, {"outcome": ABORTED,

@@ -20,6 +20,7 @@ from .errors import CommitLogError, ConfigurationError
 from .faults import FaultPlan
 from .group import SINGLE
 from .protocol import Receipt, TransactionalSink
+from .replay import REPLAY_KEY
 from .steps import COMMIT, commit_step
 from .txpool import Transaction, TransactionPool
 
@@ -116,6 +117,7 @@ class PrepareTask:
         self.faults.before_begin(self.batch_id, partition, attempt.attempt_number)
         started = time.perf_counter()
         written = _write_transaction(self.sink, txn, batches)
+        self.faults.hold(self.batch_id, partition, attempt.attempt_number)
         for point in ("task_fail_before_prepare", "kill_executor_before_prepare"):
             self.faults.task(point, self.batch_id, partition, attempt.attempt_number)
         try:
@@ -158,12 +160,14 @@ class DirectTask:
         txn = self.pool.transaction(self.batch_id, partition, self.run,
                                     attempt.attempt_number)
         started = time.perf_counter()
-        written = _write_transaction(self.sink, txn, batches, lambda: self.faults.task(
-            "kill_task_mid_write", self.batch_id, partition, attempt.attempt_number))
+        written = _write_transaction(self.sink, txn, batches, lambda: self.faults.mid_write(
+            self.batch_id, partition, attempt.attempt_number))
         receipt = self.sink.prepare(written.handle)
         self.sink.commit(txn, receipt)
-        return {"partition": attempt.partition, "rows": written.count,
-                "prepare_ms": (time.perf_counter() - started) * 1000}
+        self.faults.direct_committed(self.batch_id, partition)
+        return {"partition": partition, "rows": written.count,
+                "prepare_ms": (time.perf_counter() - started) * 1000,
+                **({REPLAY_KEY: receipt[REPLAY_KEY]} if REPLAY_KEY in receipt else {})}
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import socket
@@ -158,6 +159,10 @@ def _quietly(read: Any) -> Any:
 
 def _describe_lease(lease: dict[str, Any]) -> str:
     if lease.get("released"):
+        if lease.get("batch") is not None:
+            return (f"released by query {lease.get('query_id')} after batch "
+                    f"{lease.get('batch')} (a query writing through a sparkeos format "
+                    "holds it only while a batch runs; it stopped, or waits for its next)")
         return f"released by query {lease.get('query_id')} (it stopped)"
     age = time.time() - float(lease.get("renewed", 0))
     return (f"query {lease.get('query_id')} on {lease.get('host')} (pid {lease.get('pid')}) "
@@ -223,7 +228,10 @@ def _recover(args: argparse.Namespace, spark: Any) -> int:
                                   str(meta["query_key"]))
         try:
             # Also sweeps what late task attempts left behind in finished batches.
-            actions = coordinator.recover(full=True)
+            # The lease is read again once the log is: a run begun by a live query was
+            # begun after its lease was written (core/lease.py), so it is refused here.
+            actions = coordinator.recover(
+                full=True, guard=None if args.force else functools.partial(check_lease, name, log))
         finally:
             sink.close()
         for action in actions:

@@ -193,3 +193,45 @@ def test_a_record_purged_while_it_is_read_is_left_out(tmp_path, capsys, monkeypa
     else:
         assert "batch 1 committed" in text and "batch 0" not in text
         assert ids(out) == [1, 2, 3, 4]
+
+
+def test_recover_reads_the_lease_again_after_the_log(tmp_path, capsys, monkeypatch):
+    """A format-route query releases its lease between batches and takes it again at
+    the next planning, before ``begun``. A recover that found the lease released, then
+    reads a log where the next batch has begun meanwhile, must refuse, not abort it:
+    it reads the lease again once it read the log (``Coordinator.recover(guard=...)``)."""
+    import socket
+    import time
+
+    from sparkeos.core import recovery
+
+    ckpt, _ = crashed_checkpoint(tmp_path, "after_all_prepared")
+    log = CommitLog(open_store(sink_log_location(ckpt, "files")))
+    log.write_lease({"query_id": "query-1", "host": socket.gethostname(), "pid": os.getpid(),
+                     "renewed": time.time(), "ttl_s": 300, "released": True, "batch": 0})
+    read_log = recovery.Scope.load_states
+
+    def planning_meanwhile(scope):  # type: ignore[no-untyped-def]
+        # The query's next planning: the lease first, then begun (here: batch 1 open).
+        log.write_lease({"query_id": "query-1", "host": socket.gethostname(),
+                         "pid": os.getpid(), "renewed": time.time(), "ttl_s": 300,
+                         "batch": 1})
+        return read_log(scope)
+
+    monkeypatch.setattr(recovery.Scope, "load_states", planning_meanwhile)
+    assert main(["recover", ckpt]) == 2
+    assert "holds the lease" in capsys.readouterr().err
+    assert log.batches()[1].needs_rollback, "the live batch was aborted"
+
+
+def test_status_says_a_format_query_released_its_lease_between_batches(tmp_path, capsys):
+    import socket
+    import time
+
+    ckpt, _ = crashed_checkpoint(tmp_path, "after_decided")
+    log = CommitLog(open_store(sink_log_location(ckpt, "files")))
+    log.write_lease({"query_id": "query-1", "host": socket.gethostname(), "pid": os.getpid(),
+                     "renewed": time.time(), "ttl_s": 300, "released": True, "batch": 7})
+    assert main(["status", ckpt]) == 0
+    assert "released by query query-1 after batch 7" in capsys.readouterr().out
+    assert main(["recover", ckpt]) == 0

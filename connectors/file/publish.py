@@ -3,8 +3,9 @@ name, once.
 
 The move (``link`` on POSIX, ``rename`` on HDFS) is atomic and never replaces an
 existing file, so a zombie can never overwrite a committed file, and a final file that
-exists already means the commit was done before (a twin commit, a retried call): the
-commit is idempotent. A staged file that is gone while the final one is missing is
+exists already holds these rows (its name carries their fingerprint): the commit was
+done before (a twin commit, a retried call, an earlier run of the same partition), and
+the commit is idempotent. A staged file that is gone while the final one is missing is
 either on another host (the directory is not shared) or lost.
 """
 
@@ -26,7 +27,8 @@ def publish(files: Files, txn: Transaction, receipt: Receipt, staging: str, root
     name = receipt.get("file")
     if name:
         staged = posixpath.join(staging, name)
-        final = posixpath.join(root, name)
+        # Receipts from before part files named their content carry only ``file``.
+        final = posixpath.join(root, receipt.get("final") or name)
         if not files.exists(final):
             commit_step("checked", txn)
             try:

@@ -4,9 +4,13 @@ local or shared POSIX path or on HDFS (``hdfs://``, ``webhdfs://``; ``core.files
 Phase 1: a task attempt writes its part file under a hidden staging directory of its
 own, ``<path>/.sparkeos-staging/<attempt txn id>/``, and fsyncs it (prepare).
 Phase 2: the driver links the staged file to its final, deterministic name
-``<path>/part-<query>-<sink>-<batch>-<partition>.<ext>``. ``link`` is atomic and never
-replaces an existing file, and a target that already exists means the commit was done
-before, so commit is idempotent and readers never see partial or duplicate files.
+``<path>/part-<query>-<sink>-<batch>-<partition>-<content>.<ext>``, where ``<content>``
+is the fingerprint of the rows it holds (``core.fingerprint``). ``link`` is atomic and
+never replaces an existing file, and a target that already exists holds these very rows
+for this (batch, partition) (the commit was done before, or an earlier at-least-once run
+committed the same partition), so commit is idempotent and readers never see partial or
+duplicate files. A replay whose partition holds other rows (a restart partitioned
+otherwise) gets another name: it never mistakes an earlier run's file for its own.
 Rollback deletes one attempt's staging directory; the coordinator's sweep deletes
 those of every attempt that can no longer be committed. Hidden names (leading ``.``)
 are skipped by Spark, pandas and pyarrow readers.
@@ -26,6 +30,7 @@ the staging of part files and the readers of committed output.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import posixpath
@@ -41,6 +46,7 @@ import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.files import Files, split_uri
+from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.fsutil import (
     DriverMark,
     claim_dir,
@@ -59,7 +65,9 @@ FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
 # Spark's own JSON generator (what ``df.write.json`` writes), so no row is encoded in
 # Python.
 JSON_COLUMN = "_sparkeos_json"
-_PART = re.compile(r"^part-([^-]+)-(.+)-(\d{10})-(\d{5})\.(?:parquet|jsonl)$")
+_PART = re.compile(r"^part-([^-]+)-(.+)-(\d{10})-(\d{5})(?:-[0-9a-f]{16})?\.(?:parquet|jsonl)$")
+CONTENT_DIGITS = 16
+"""Hex digits of the rows' fingerprint in a part file's name."""
 
 
 @dataclass
@@ -74,6 +82,7 @@ class _Staged:
     prepare; empty until then)."""
     writer: Any = None
     rows: int = 0
+    content: Fingerprint = dataclasses.field(default_factory=Fingerprint)
 
 
 @dataclass(frozen=True)
@@ -168,6 +177,7 @@ class FileSink(TransactionalSink[_Staged]):
             handle.writer.write_batch(batch)
         else:
             handle.writer.write(_json_lines(batch))
+        handle.content.update(batch)
         handle.rows += batch.num_rows
 
     def prepare(self, handle: _Staged) -> Receipt:
@@ -183,7 +193,10 @@ class FileSink(TransactionalSink[_Staged]):
         elif self.fsync:
             files.make_durable(staged)
             files.make_durable(handle.directory)
-        return {"file": handle.file_name, "rows": handle.rows, "host": socket.gethostname()}
+        written = handle.content.written()
+        return {"file": handle.file_name, "rows": handle.rows, "host": socket.gethostname(),
+                "final": self._published_name(handle.txn, written.fingerprint),
+                "written": written.as_json()}
 
     def abort(self, handle: _Staged, txn: Transaction) -> None:
         if handle.writer is not None:
@@ -227,7 +240,9 @@ class FileSink(TransactionalSink[_Staged]):
             return TxnState.PREPARED
         if files.isdir(directory):
             return TxnState.OPEN
-        if files.exists(posixpath.join(self._root_path, self._final_name(txn))):
+        stem = self._final_name(txn)[:-len(FORMATS[self.format])]
+        if any(name.startswith(stem) and _PART.match(name)
+               for name in files.listdir(self._root_path)):
             return TxnState.COMMITTED
         return TxnState.ABSENT
 
@@ -239,9 +254,17 @@ class FileSink(TransactionalSink[_Staged]):
         return posixpath.join(self._staging_root(), txn_id)
 
     def _final_name(self, txn: Transaction) -> str:
+        """The name the attempt stages its part file under."""
         # The sink name keeps two sinks of one query apart in a shared directory.
         return (f"part-{txn.query_key}-{txn.sink}-{txn.batch_id:010d}-{txn.partition:05d}"
                 f"{FORMATS[self.format]}")
+
+    def _published_name(self, txn: Transaction, fingerprint: str) -> str:
+        """The committed part file's name: it names the rows it holds, so a replay of
+        (batch, partition) with other rows never takes an earlier run's file for its
+        own (and one with the same rows finds it and writes nothing)."""
+        stem = self._final_name(txn)[:-len(FORMATS[self.format])]
+        return f"{stem}-{fingerprint[:CONTENT_DIGITS]}{FORMATS[self.format]}"
 
     def _open_writer(self, handle: _Staged, schema: pa.Schema) -> Any:
         if not handle.local_dir:

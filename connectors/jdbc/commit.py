@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkeos.core.errors import DataLossError, TransactionIdCollisionError
+from sparkeos.core.fingerprint import Written
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction
 from sparkeos.core.steps import commit_step
+from sparkeos.core.txpool import DIRECT_RUNS, TransactionPool
 
 from . import database, markers, prepared, upsert
 from .config import PostgresConfig
@@ -38,7 +40,8 @@ def commit_prepared(config: PostgresConfig, txn: Transaction, receipt: Receipt) 
 
 def apply_stage(config: PostgresConfig, txn: Transaction, receipt: Receipt) -> None:
     database.run(config, f"applying the upserts of {txn.txn_id}",
-                 lambda conn: _publish_on(config, conn, txn, receipt["columns"]),
+                 lambda conn: _publish_on(config, conn, txn, receipt["columns"],
+                                          Written.from_json(receipt.get("written"))),
                  txn, phase="commit")
 
 
@@ -83,7 +86,10 @@ def _decide_by_marker(config: PostgresConfig, conn: Any, txn: Transaction, gid: 
     if committed == gid:
         log_event("postgres.already_committed", sink=txn.sink, batch=txn.batch_id, txn=gid)
         return
-    if committed is not None:
+    other = TransactionPool(txn.query_key, txn.sink).parse(committed) if committed else None
+    if committed is not None and (other is None or other.run not in DIRECT_RUNS):
+        # An at-least-once run may have committed this (batch, partition) before the
+        # query moved to exactly-once; another exactly-once attempt never can.
         raise collision(config, txn, committed)
     raise DataLossError(
         f"prepared transaction {gid} of decided batch {txn.batch_id} (partition "
@@ -99,11 +105,12 @@ def _decide_by_marker(config: PostgresConfig, conn: Any, txn: Transaction, gid: 
 
 
 def _publish_on(config: PostgresConfig, conn: Any, txn: Transaction,
-                columns: Sequence[str]) -> None:
+                columns: Sequence[str], written: Written | None) -> None:
     assert config.key
     marker = config.ident(config.marker_table)
     outcome = upsert.publish(conn, txn, marker, config.ident(config.table), columns,
-                             config.key, config.order_by or (), config.lock_timeout_sql)
+                             config.key, config.order_by or (), config.lock_timeout_sql,
+                             written)
     if outcome == "already":
         log_event("postgres.already_committed", sink=txn.sink, batch=txn.batch_id,
                   txn=txn.txn_id)

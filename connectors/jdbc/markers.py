@@ -1,12 +1,13 @@
-"""Marker rows: one per committed (query, sink, batch, partition), in the same
-transaction as the data.
+"""Marker rows: one per committed transaction of a (query, sink, batch, partition), in
+the same transaction as the data, with what it wrote (row count and fingerprint).
 
 A marker tells a commit that finds its gid gone whether the transaction committed
 (a marker names it) or was lost (no marker). Markers are keyed by the attempt's
 transaction ID too, so concurrent attempts of one partition (a retry beside a dead
 attempt's prepared transaction, a speculative copy) never wait for each other on the
-marker; an attempt that begins after another attempt committed its partition sees
-that marker and writes nothing.
+marker. An attempt that finds its (batch, partition) committed before with the same
+rows (``core.replay``) writes nothing; one that finds other rows there (a replay
+partitioned otherwise) writes its own, under a marker of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import logging
 from typing import Any
 
+from sparkeos.core.fingerprint import Written
 from sparkeos.core.observe import log_event
 from sparkeos.core.txpool import Transaction
 
@@ -29,8 +31,10 @@ def ensure_table(cur: Any, marker: Any) -> None:
     """Create the marker table (``marker`` is a psycopg2 ``sql.Identifier``)."""
     from psycopg2 import sql
 
-    cur.execute("SELECT to_regclass(%s)", (marker.as_string(cur.connection),))
-    if cur.fetchone()[0] is not None:
+    cur.execute("SELECT to_regclass(%s)::oid", (marker.as_string(cur.connection),))
+    oid = cur.fetchone()[0]
+    if oid is not None:
+        _add_written_columns(cur, marker, oid)
         return
     key = sql.Identifier(f"{marker.strings[-1][:40]}{MARKER_KEY_SUFFIX}")
     cur.execute(sql.SQL(
@@ -39,29 +43,61 @@ def ensure_table(cur: Any, marker: Any) -> None:
         " batch_id bigint NOT NULL, \"partition\" integer NOT NULL,"
         " txn_id text NOT NULL, attempt text NOT NULL DEFAULT '',"
         " committed_at timestamptz NOT NULL DEFAULT now(),"
+        " rows bigint, fingerprint text,"
         " CONSTRAINT {k} PRIMARY KEY (query_key, sink, batch_id, \"partition\", txn_id))"
     ).format(m=marker, k=key))
     cur.execute(sql.SQL("COMMENT ON TABLE {m} IS %s").format(m=marker), (COMMENT,))
 
 
-def claim(cur: Any, marker: Any, txn: Transaction) -> bool:
-    """Insert ``txn``'s marker in its open transaction, unless another attempt already
-    committed this (batch, partition): then False, and the attempt writes nothing."""
-    if partition_committed_by(cur, marker, txn) is not None:
-        return False
-    insert(cur, marker, txn)
-    return True
+def _add_written_columns(cur: Any, marker: Any, oid: int) -> None:
+    """A marker table made before markers recorded what was written gets the two
+    columns (its old rows have none, and never count as the same rows). Looked up
+    first: ``ALTER TABLE`` would wait on the locks of prepared transactions."""
+    from psycopg2 import sql
+
+    cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s AND NOT attisdropped"
+                " AND attname IN ('rows', 'fingerprint')", (oid,))
+    if cur.fetchone()[0] == 2:
+        return
+    cur.execute(sql.SQL("ALTER TABLE {m} ADD COLUMN IF NOT EXISTS rows bigint,"
+                        " ADD COLUMN IF NOT EXISTS fingerprint text").format(m=marker))
 
 
-def insert(cur: Any, marker: Any, txn: Transaction) -> None:
-    """Insert ``txn``'s marker row in the open transaction."""
+def recorded(cur: Any, marker: Any, txn: Transaction) -> list[Written | None]:
+    """What the committed transactions of ``txn``'s (batch, partition) wrote (None for
+    a marker from before fingerprints were recorded), read in the open transaction."""
+    from psycopg2 import sql
+
+    cur.execute(sql.SQL(
+        "SELECT rows, fingerprint FROM {m} WHERE query_key = %s AND sink = %s"
+        " AND batch_id = %s AND \"partition\" = %s").format(m=marker),
+        (txn.query_key, txn.sink, txn.batch_id, txn.partition))
+    return [Written.from_json({"rows": rows, "fingerprint": fingerprint})
+            for rows, fingerprint in cur.fetchall()]
+
+
+def insert(cur: Any, marker: Any, txn: Transaction, written: Written | None) -> None:
+    """Insert ``txn``'s marker row, with what it wrote, in the open transaction."""
     from psycopg2 import sql
 
     cur.execute(sql.SQL(
         "INSERT INTO {m} (query_key, sink, batch_id, \"partition\", txn_id, attempt,"
-        " committed_at) VALUES (%s, %s, %s, %s, %s, %s, now())"
+        " committed_at, rows, fingerprint) VALUES (%s, %s, %s, %s, %s, %s, now(), %s, %s)"
     ).format(m=marker), (txn.query_key, txn.sink, txn.batch_id, txn.partition, txn.txn_id,
-                         txn.attempt))
+                         txn.attempt, None if written is None else written.rows,
+                         None if written is None else written.fingerprint))
+
+
+def has_marker(conn: Any, marker: Any, txn: Transaction) -> bool:
+    """Whether ``txn`` itself committed (its own marker row exists)."""
+    from psycopg2 import sql
+
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL(
+            "SELECT 1 FROM {m} WHERE query_key = %s AND sink = %s AND batch_id = %s"
+            " AND \"partition\" = %s AND txn_id = %s").format(m=marker),
+            (txn.query_key, txn.sink, txn.batch_id, txn.partition, txn.txn_id))
+        return cur.fetchone() is not None
 
 
 def partition_committed_by(cur: Any, marker: Any, txn: Transaction) -> str | None:
@@ -77,7 +113,10 @@ def partition_committed_by(cur: Any, marker: Any, txn: Transaction) -> str | Non
 
 
 def committed_txn(conn: Any, marker: Any, txn: Transaction) -> str | None:
-    """The transaction ID that committed ``txn``'s (batch, partition), if any."""
+    """``txn``'s own ID if it committed, else another transaction ID that committed
+    ``txn``'s (batch, partition), if any."""
+    if has_marker(conn, marker, txn):
+        return txn.txn_id
     with conn.cursor() as cur:
         return partition_committed_by(cur, marker, txn)
 

@@ -48,7 +48,7 @@ def probe_on(config: PostgresConfig, conn: Any, txn: Transaction) -> TxnState:
             return TxnState.PREPARED
     elif prepared.prepared_xid(conn, txn, txn.txn_id, config.target) is not None:
         return TxnState.PREPARED
-    if markers.committed_txn(conn, marker, txn) == txn.txn_id:
+    if markers.has_marker(conn, marker, txn):
         return TxnState.COMMITTED
     with conn.cursor() as cur:
         cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sparkeos.core.errors import AttemptFencedError, DataRejectedError
+from sparkeos.core.fingerprint import Written
 from sparkeos.core.steps import commit_step
 from sparkeos.core.txpool import Transaction
 
@@ -128,7 +129,8 @@ def upsert_sql(target: Any, source: Any, columns: Sequence[str], key: Sequence[s
 
 
 def publish(conn: Any, txn: Transaction, marker: Any, target: Any, columns: Sequence[str],
-            key: Sequence[str], order_by: Sequence[str], lock_timeout_sql: str) -> str:
+            key: Sequence[str], order_by: Sequence[str], lock_timeout_sql: str,
+            written: Written | None = None) -> str:
     """Apply the attempt's stage to ``target`` once. Returns ``"published"``,
     ``"already"`` (committed before by this ID), ``"other:<txn id>"`` (another ID
     committed the partition) or ``"missing"`` (no stage and no marker: lost).
@@ -145,10 +147,10 @@ def publish(conn: Any, txn: Transaction, marker: Any, target: Any, columns: Sequ
         cur.execute("BEGIN")
         try:
             cur.execute(lock_timeout_sql)
-            held = markers.partition_committed_by(cur, marker, txn)
+            held = markers.committed_txn(conn, marker, txn)
             if held is None:
                 try:
-                    markers.insert(cur, marker, txn)
+                    markers.insert(cur, marker, txn, written)
                 except Exception as exc:
                     if pg_code(exc) != UNIQUE_VIOLATION:
                         raise

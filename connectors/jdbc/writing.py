@@ -1,25 +1,29 @@
 """Phase 1 in a Spark task: the attempt's session, the COPY of its rows, and its end.
 
-``open_session`` checks out a connection named after the attempt, BEGINs and claims
-the partition with the marker row (or finds it committed by another attempt: this one
-then writes nothing). ``copy_rows`` COPYs each Arrow batch as CSV into the table, or
-into the attempt's stage table for upserts. ``finish`` ends phase 1: PREPARE
-TRANSACTION (appends), COMMIT of the stage (exactly-once upserts) or of the upsert
-itself (at-least-once upserts), and returns the receipt. ``abort`` ends only this
-attempt's own session or prepared transaction.
+``open_session`` checks out a connection named after the attempt and BEGINs. ``copy_rows``
+COPYs each Arrow batch as CSV into the table, or into the attempt's stage table for
+upserts, and fingerprints it (``core.fingerprint``). ``finish`` ends phase 1: it reads
+the markers of the attempt's (batch, partition); if an earlier transaction committed
+exactly these rows there (a replay of a batch partitioned as before) it rolls back and
+writes nothing (``core.replay``); otherwise PREPARE TRANSACTION with the attempt's
+marker row (appends), COMMIT of the stage (exactly-once upserts) or of the upsert itself
+(at-least-once upserts), and returns the receipt. ``abort`` ends only this attempt's own
+session or prepared transaction.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction
+from sparkeos.core.replay import REPLAY_KEY, Replay
 
 from . import arrowpg, markers, prepared, upsert
 from .config import PostgresConfig
@@ -44,7 +48,9 @@ class PgTransaction:
     columns: tuple[str, ...] | None = None
     staged: bool = False
     skipped: bool = False
-    """Another attempt already committed this (batch, partition): write nothing."""
+    """An earlier transaction committed these rows for this (batch, partition): rolled
+    back at the end of phase 1, nothing written."""
+    fingerprint: Fingerprint = field(default_factory=Fingerprint)
 
 
 def open_session(config: PostgresConfig, txn: Transaction) -> PgTransaction:
@@ -67,31 +73,17 @@ def open_session(config: PostgresConfig, txn: Transaction) -> PgTransaction:
             lambda conn: execute(conn, "SET application_name = %s",
                                  (prepared.session_name(txn),)))
         try:
-            _claim(config, handle)
+            _begin(config, handle)
         except BaseException:
             discard(handle.conn)
             raise
-        if handle.skipped:
-            _end_session(config, handle)
     return handle
 
 
-def _claim(config: PostgresConfig, handle: PgTransaction) -> None:
-    txn = handle.txn
+def _begin(config: PostgresConfig, handle: PgTransaction) -> None:
     with handle.conn.cursor() as cur:
         cur.execute("BEGIN")
         cur.execute(config.lock_timeout_sql)
-        marker = config.ident(config.marker_table)
-        if not (markers.claim(cur, marker, txn) if config.prepared_appends
-                else markers.partition_committed_by(cur, marker, txn) is None):
-            # Another attempt of this (batch, partition) committed: this one is a late
-            # zombie or a speculative copy that lost. Nothing to write.
-            handle.skipped = True
-            cur.execute("ROLLBACK")
-            log_event("postgres.attempt_skipped", sink=txn.sink, batch=txn.batch_id,
-                      txn=txn.txn_id, detail="partition already committed by another "
-                      "attempt")
-            return
         if config.prepared_appends:
             cur.execute("SELECT txid_current() % 4294967296")
             handle.xid = int(cur.fetchone()[0])
@@ -131,15 +123,22 @@ def copy_rows(config: PostgresConfig, handle: PgTransaction, batch: pa.RecordBat
                            ).format(t=target, c=cols).as_string(handle.conn)
             payload = arrowpg.csv_payload(batch)
             cur.copy_expert(copy, pa.BufferReader(payload), size=1 << 20)
+        handle.fingerprint.update(batch)
         handle.rows += batch.num_rows
 
 
 def finish(config: PostgresConfig, handle: PgTransaction) -> Receipt:
-    if handle.skipped:
-        return {"gid": handle.gid, "rows": 0, "skipped": True}
+    replay: Replay | None = None
     try:
         with translated(config, f"preparing transaction {handle.gid}", handle.txn), \
                 handle.conn.cursor() as cur:
+            if not config.plain_upserts:
+                replay = _replay(config, cur, handle)
+                if replay.same:
+                    return _skip(config, cur, handle, replay)
+            if config.prepared_appends:
+                markers.insert(cur, config.ident(config.marker_table), handle.txn,
+                               handle.fingerprint.written())
             _end_transaction(config, cur, handle)
     except BaseException:
         discard(handle.conn)
@@ -148,10 +147,32 @@ def finish(config: PostgresConfig, handle: PgTransaction) -> Receipt:
     handle.conn = None
     if config.plain_upserts:
         return {"mode": "upsert", "rows": handle.rows, "committed": True}
+    met = {REPLAY_KEY: replay.receipt()} if replay and replay.met_earlier_commit else {}
     if config.staged_upserts:
         return {"rows": handle.rows, "staged": handle.staged,
-                "columns": list(handle.columns or ())}
-    return {"gid": handle.gid, "rows": handle.rows, "xid": handle.xid}
+                "columns": list(handle.columns or ()),
+                "written": handle.fingerprint.written().as_json(), **met}
+    return {"gid": handle.gid, "rows": handle.rows, "xid": handle.xid, **met}
+
+
+def _replay(config: PostgresConfig, cur: Any, handle: PgTransaction) -> Replay:
+    """What this attempt wrote against what committed transactions wrote for its (batch,
+    partition), read in its own transaction."""
+    recorded = markers.recorded(cur, config.ident(config.marker_table), handle.txn)
+    return Replay.of(handle.fingerprint.written(), recorded)
+
+
+def _skip(config: PostgresConfig, cur: Any, handle: PgTransaction, replay: Replay) -> Receipt:
+    """The same rows were committed for this (batch, partition) before (a replay, or a
+    concurrent attempt that won): roll back, write nothing."""
+    txn = handle.txn
+    cur.execute("ROLLBACK")
+    handle.skipped = True
+    log_event("postgres.attempt_skipped", sink=txn.sink, batch=txn.batch_id,
+              txn=txn.txn_id, rows=handle.rows,
+              detail="the same rows were committed for this (batch, partition) before")
+    _end_session(config, handle)
+    return {"gid": handle.gid, "rows": 0, "skipped": True, REPLAY_KEY: replay.receipt()}
 
 
 def _end_transaction(config: PostgresConfig, cur: Any, handle: PgTransaction) -> None:

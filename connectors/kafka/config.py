@@ -122,6 +122,15 @@ class KafkaConfig:
                 "transaction.timeout.ms": self.transaction_timeout_ms,
                 "enable.idempotence": True}
 
+    @property
+    def announces_open(self) -> bool:
+        """Whether each transaction sends its progress record first, so a recovery
+        finds it on the marker topic if its writer dies with it open (``pool``): under
+        at-least-once, where nobody commits a dead run's participants again (direct mode
+        always; a staged sink once ``for_guarantee`` chose at-least-once). Exactly-once
+        recovery commits every decided participant again, which closes its ID."""
+        return self.mode == "direct" or bool(self.__dict__.get("_announce_open"))
+
     def transactional_id(self, txn: Transaction) -> str:
         """The participant's pooled ID: two per participant, shared by its attempts."""
         return f"{self.transactional_id_prefix}{txn.participant_id}"

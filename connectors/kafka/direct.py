@@ -2,9 +2,12 @@
 
 Opt-in, at-least-once with replay deduplication (the records are visible before the
 batch is decided, see ``sink``). ``begin`` fences earlier producers of the
-participant's ID and skips a (batch, partition) whose marker is committed (a re-run);
-``produce`` sends as the task writes; ``commit`` adds the marker and commits;
-``abort`` ends the transaction when the attempt fails.
+participant's ID, reads its marker and opens a transaction (its progress record first,
+so a recovery finds it if the task dies: ``pool``); ``produce`` sends as the task
+writes; ``finish`` commits the records with the marker, or, when the marker shows the
+same rows committed for this (batch, partition) before (a replay partitioned as the run
+that committed), aborts them (``core.replay``); ``abort`` ends the transaction when the
+attempt fails.
 """
 
 from __future__ import annotations
@@ -13,26 +16,28 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core.protocol import Transaction
+from sparkeos.core.fingerprint import Written
+from sparkeos.core.protocol import Receipt, Transaction
+from sparkeos.core.replay import REPLAY_KEY, Replay
 
 from . import clients, markers, producers
 from .config import KafkaConfig
 from .errors import PHASE1, failed, underlying
 
 
-def begin(config: KafkaConfig, txn: Transaction) -> Any:
-    """A producer with an open transaction for ``txn``; None if the marker says the
-    (batch, partition) is committed already (a re-run: nothing is to be written)."""
+def begin(config: KafkaConfig, txn: Transaction) -> tuple[Any, markers.Marker]:
+    """A producer with an open transaction for ``txn``, and the participant's marker."""
     producer = producers.init_producer(config, txn, PHASE1)
     try:
-        if markers.committed_batch(config, txn, PHASE1) >= txn.batch_id:
-            clients.close_quietly(producer)
-            return None
+        marker = markers.committed_marker(config, txn, PHASE1)
         producer.begin_transaction()
+        markers.open_progress(config, producer, txn)  # direct mode: at-least-once
     except BaseException as exc:
+        exc = underlying(producer, exc)
+        producers.abort_quietly(producer, config.timeout_s)
         clients.close_quietly(producer)
         raise failed(config, exc, txn, PHASE1, "begin transaction") from None
-    return producer
+    return producer, marker
 
 
 def produce(config: KafkaConfig, producer: Any, records: pa.RecordBatch,
@@ -43,10 +48,23 @@ def produce(config: KafkaConfig, producer: Any, records: pa.RecordBatch,
         raise failed(config, underlying(producer, exc), txn, PHASE1, "produce") from None
 
 
-def commit(config: KafkaConfig, producer: Any, txn: Transaction) -> None:
+def finish(config: KafkaConfig, producer: Any, txn: Transaction, marker: markers.Marker,
+           written: Written) -> Receipt:
+    """Commit the task's records with the marker, unless the same rows were committed
+    for this (batch, partition) before: then abort them. The producer is closed."""
+    replay = Replay.of(written, [marker.written] if marker.batch == txn.batch_id else [])
+    met = {REPLAY_KEY: replay.receipt()} if replay.met_earlier_commit else {}
+    if replay.same or marker.batch > txn.batch_id:
+        abort(config, producer)
+        return {"mode": "direct", "rows": 0, "skipped": True, **met}
+    commit(config, producer, txn, written)
+    return {"mode": "direct", "rows": written.rows, "skipped": False, **met}
+
+
+def commit(config: KafkaConfig, producer: Any, txn: Transaction, written: Written) -> None:
     """Commit the task's records with the marker; the producer is closed either way."""
     try:
-        markers.commit_with_marker(config, producer, txn)
+        markers.commit_with_marker(config, producer, txn, written)
     except BaseException as exc:
         exc = underlying(producer, exc)
         producers.abort_quietly(producer, config.timeout_s)

@@ -3,11 +3,18 @@
 The MARKER of a participant is a consumer-group offset committed inside its Kafka
 transaction (``send_offsets_to_transaction``, KIP-98/447): group
 ``<marker_group_prefix><query>.<sink>.<destination hash>.p<partition>``, topic
-``marker_topic`` partition 0, offset ``N + 1``. It is visible only if the transaction
-commits, so "batch N of participant p is committed" is ``committed offset >= N + 1``.
+``marker_topic`` partition 0, offset ``N + 1``, with what the transaction wrote (row
+count and fingerprint, ``core.fingerprint``) as the offset's metadata. It is visible
+only if the transaction commits, so "batch N of participant p is committed" is
+``committed offset >= N + 1``, and a replay of batch N skips participant p only when the
+metadata names the rows it holds (``core.replay``).
+
 The same transaction writes a PROGRESS record to ``marker_topic`` (key: the group,
-value ``{"batch": N}``); the topic is compacted, so the last record of every participant
-outlives the offset, which the broker expires after ``offsets.retention.minutes``.
+value ``{"batch": N, "rows": ..., "fingerprint": ...}``) before it commits; under
+at-least-once also one right after it begins (so every open transaction of the sink
+holds a record there, which ``pool`` finds after a crash). The topic is compacted, so
+the last record of every participant outlives the offset, which the broker expires
+after ``offsets.retention.minutes``.
 
 The progress records also answer the lost-checkpoint guard
 (``output_of_other_queries``): records of this sink name and destination under another
@@ -19,9 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sparkeos.core.errors import RetriableError
+from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Transaction
 
 from . import clients
@@ -50,9 +59,27 @@ def marker_stem(config: KafkaConfig, query_key: str, sink: str) -> str:
     return f"{config.marker_group_prefix}{query_key}.{sink}.{digest}"
 
 
+@dataclass(frozen=True)
+class Marker:
+    """The last batch a participant committed (-1: none) and what it wrote (None when
+    unknown: nothing committed, or a marker from before fingerprints were recorded)."""
+
+    batch: int
+    written: Written | None = None
+
+
+NO_MARKER = Marker(-1)
+
+
 def committed_batch(config: KafkaConfig, txn: Transaction, phase: str,
                     recovering: bool = False) -> int:
-    """The last batch committed for ``txn``'s participant (-1 if none).
+    """The last batch committed for ``txn``'s participant (-1 if none)."""
+    return committed_marker(config, txn, phase, recovering).batch
+
+
+def committed_marker(config: KafkaConfig, txn: Transaction, phase: str,
+                     recovering: bool = False) -> Marker:
+    """The participant's marker: the last batch committed and what it wrote.
 
     The marker offset answers in one call. It is absent before the participant's
     first commit, and after the broker expired it (``offsets.retention.minutes``
@@ -75,34 +102,73 @@ def committed_batch(config: KafkaConfig, txn: Transaction, phase: str,
         raise failed(config, RuntimeError(str(part.error)), txn, phase, "marker read")
     offset = int(part.offset)
     if offset >= 0:
-        return offset - 1
-    return progress_batch(config, txn, phase) if recovering else -1
+        return Marker(offset - 1, _written(part.metadata))
+    return progress_marker(config, txn, phase) if recovering else NO_MARKER
+
+
+def _written(metadata: Any) -> Written | None:
+    try:
+        return Written.from_json(json.loads(metadata)) if metadata else None
+    except (TypeError, ValueError):
+        return None
 
 
 def progress_batch(config: KafkaConfig, txn: Transaction, phase: str) -> int:
-    """The batch of the participant's last committed progress record (-1 if none):
-    a read of the compacted marker topic with ``read_committed``."""
+    """The batch of the participant's last committed progress record (-1 if none)."""
+    return progress_marker(config, txn, phase).batch
+
+
+def progress_marker(config: KafkaConfig, txn: Transaction, phase: str) -> Marker:
+    """The participant's last committed progress record, as a marker: a read of the
+    compacted marker topic with ``read_committed``."""
     key = marker_group(config, txn).encode()
     try:
         records = _progress_records(config)
     except BaseException as exc:
         raise failed(config, exc, txn, phase, "progress read") from None
-    batches = [int(json.loads(r.value())["batch"]) for r in records if r.key() == key]
-    return max(batches, default=-1)
+    last = NO_MARKER
+    for record in records:
+        if record.key() != key:
+            continue
+        value = json.loads(record.value())
+        batch = int(value["batch"])
+        written = Written.from_json(value)
+        if batch > last.batch or (batch == last.batch and written is not None):
+            last = Marker(batch, written)
+    return last
 
 
-def commit_with_marker(config: KafkaConfig, producer: Any, txn: Transaction) -> None:
+def open_progress(config: KafkaConfig, producer: Any, txn: Transaction,
+                  written: Written | None = None) -> None:
+    """The first record of a transaction just begun: the progress record of batch N
+    (with what is written, when that is known already), sent before anything else, so
+    the transaction holds the marker topic from its start and a recovery finds it there
+    if the writer dies with it open (``pool.close_open_transactions``)."""
+    group = marker_group(config, txn)
+    value = {"batch": txn.batch_id, **(written.as_json() if written else {})}
+    producer.produce(config.marker_topic, json.dumps(value).encode(), group.encode(),
+                     partition=0)
+    if producer.flush(config.timeout_s):
+        raise RuntimeError(f"the progress record of {group} was not delivered within "
+                           f"{config.timeout_s} s")
+
+
+def commit_with_marker(config: KafkaConfig, producer: Any, txn: Transaction,
+                       written: Written | None) -> None:
     """Add the progress record and the marker to the producer's open transaction, and
-    commit it: the records, the marker and the progress record become visible at once."""
+    commit it: the records, the marker and the progress record become visible at
+    once."""
     from confluent_kafka import TopicPartition
 
     group = marker_group(config, txn)
     consumer = clients.marker_consumer(config.client_config(), group)
-    # The progress record: the marker that never expires (a compacted topic keeps
-    # the last record per participant), in the same transaction as the records.
-    producer.produce(config.marker_topic, json.dumps({"batch": txn.batch_id}).encode(),
-                     group.encode(), partition=0)
-    marker = [TopicPartition(config.marker_topic, 0, txn.batch_id + 1)]
+    # The progress record: the marker that never expires (a compacted topic keeps the
+    # last record per participant), in the same transaction as the records.
+    value = {"batch": txn.batch_id, **(written.as_json() if written else {})}
+    producer.produce(config.marker_topic, json.dumps(value).encode(), group.encode(),
+                     partition=0)
+    metadata = json.dumps(written.as_json()) if written else ""
+    marker = [TopicPartition(config.marker_topic, 0, txn.batch_id + 1, metadata=metadata)]
     retrying(config.timeout_s, lambda: producer.send_offsets_to_transaction(
         marker, consumer.consumer_group_metadata(), config.timeout_s))
     retrying(config.timeout_s, lambda: producer.commit_transaction(config.timeout_s))

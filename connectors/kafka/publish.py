@@ -2,8 +2,11 @@
 
 In a Spark task, after ``decided(N)``: a fresh producer of the participant's
 transactional ID fences every earlier one; the marker says whether batch N is
-committed already (then nothing is sent: commit is idempotent); else one Kafka
-transaction carries every staged record, the progress record and the marker. The
+committed already with these rows (then nothing is sent: commit is idempotent; a
+commit of other rows, by an at-least-once run before the query moved to exactly-once,
+is reported and does not count); else one Kafka transaction carries every staged
+record, the progress record and the marker (under at-least-once, a first progress
+record too: ``pool``). The
 ``commit_step`` calls are where the conformance suite pauses one of two concurrent
 committers. Transient failures (leader moves, broker restarts, abortable errors) start
 over with a fresh producer, a few times within the transaction timeout.
@@ -11,12 +14,15 @@ over with a fresh producer, a few times within the transaction timeout.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import pyarrow as pa
 
 from sparkeos.core.errors import SparkEOSError
+from sparkeos.core.fingerprint import Written
+from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction
 from sparkeos.core.steps import commit_step
 
@@ -57,17 +63,21 @@ def publish(config: KafkaConfig, txn: Transaction, receipt: Receipt, recovering:
     producer = producers.init_producer(config, txn, PHASE2)
     try:
         commit_step("initialised", txn)
-        if markers.committed_batch(config, txn, PHASE2, recovering) >= txn.batch_id:
+        written = Written.from_json(receipt.get("written"))
+        marker = markers.committed_marker(config, txn, PHASE2, recovering)
+        if committed_before(txn, marker, written):
             return  # committed before (an earlier attempt or run): idempotent
         commit_step("checked", txn)
         path = staged.staged_path(config, txn, receipt)
         if path is None:
             return
         producer.begin_transaction()
+        if config.announces_open:
+            markers.open_progress(config, producer, txn, written)
         if not _produce_staged(config, producer, txn, receipt, path):
             return
         commit_step("produced", txn)
-        markers.commit_with_marker(config, producer, txn)
+        markers.commit_with_marker(config, producer, txn, written)
         commit_step("committed", txn)
     except BaseException as exc:
         original = underlying(producer, exc)
@@ -77,6 +87,25 @@ def publish(config: KafkaConfig, txn: Transaction, receipt: Receipt, recovering:
         raise original from None
     finally:
         clients.close_quietly(producer)
+
+
+def committed_before(txn: Transaction, marker: markers.Marker,
+                     written: Written | None) -> bool:
+    """Whether the participant's marker shows this decided transaction committed: a
+    later batch, or batch N with the same rows (a twin commit, a retried call, an
+    earlier run). Batch N with other rows was an at-least-once run's commit (the query
+    moved to exactly-once over a batch it had half written): reported, and the decided
+    rows are published as well (rows both hold are duplicated, none lost)."""
+    if marker.batch != txn.batch_id:
+        return marker.batch > txn.batch_id
+    if written is None or written.same_as(marker.written):
+        return True  # a receipt from before fingerprints: the marker is all there is
+    log_event("replay.nondeterministic", logging.WARNING, sink=txn.sink,
+              batch=txn.batch_id, participant=txn.partition, rows=written.rows,
+              recorded_rows=None if marker.written is None else marker.written.rows,
+              detail="batch committed before with other rows (an at-least-once run): "
+              "the decided rows are published too")
+    return False
 
 
 def _produce_staged(config: KafkaConfig, producer: Any, txn: Transaction, receipt: Receipt,

@@ -38,10 +38,12 @@ phase 2. The two modes deal with that differently.
     records are visible before the batch is decided, so the coordinator's
     exactly-once contract (invariant 1) cannot hold and the sink offers only
     ``at_least_once`` / ``none``: use ``at_least_once(sink, name=...)``. A re-run of
-    batch N skips every (batch, partition) whose marker is already committed, so the
-    output is exactly-once **if and only if a re-run of batch N gives every partition
-    the same rows** (deterministic input partitioning, e.g. a replayable source and no
-    non-deterministic repartition). Otherwise rows may be missing or duplicated.
+    batch N aborts its transaction for every (batch, partition) whose marker shows the
+    same rows committed (count and fingerprint, ``core.replay``), and commits the
+    others. So nothing is ever lost, and the output is exactly-once **when a re-run of
+    batch N gives every partition the same rows in the same order** (a replayable
+    source, the same partitioning); a partition whose rows differ is written again
+    (its rows may be duplicated) and reported as ``replay.nondeterministic``.
 
 Zombies: a commit attempt still running after a newer one started is fenced by the
 newer ``init_transactions`` (epoch bump); its commit fails and its records are
@@ -67,6 +69,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from sparkeos.core.config import Guarantee
+from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.protocol import (
     CommitLocation,
     Receipt,
@@ -79,7 +83,7 @@ from sparkeos.core.txpool import AttemptRange
 
 # A name imported "as" itself is kept importable from here (it lived here before the
 # sink was split into the modules of this package).
-from . import clients, direct, markers, preflight, publish
+from . import clients, direct, markers, pool, preflight, publish
 from .config import DEFAULT_MARKER_GROUP_PREFIX as DEFAULT_MARKER_GROUP_PREFIX
 from .config import DEFAULT_MARKER_TOPIC as DEFAULT_MARKER_TOPIC
 from .config import MODES as MODES
@@ -110,10 +114,11 @@ class _Handle:
     """The file the attempt stages to (staged mode); None in direct mode."""
     producer: Any = None
     """The task's own producer, its transaction open (direct mode)."""
-    skipped: bool = False
-    """Direct mode: the (batch, partition) is committed already (a re-run)."""
+    marker: markers.Marker = markers.NO_MARKER
+    """Direct mode: the participant's marker when the attempt began."""
     topics: set[str] = field(default_factory=set)
     """Per-row topics the attempt wrote (checked before it prepares)."""
+    fingerprint: Fingerprint = field(default_factory=Fingerprint)
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,15 @@ class KafkaSink(KafkaConfig, TransactionalSink[_Handle]):
     def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
         return markers.output_of_other_queries(self, query_key, sink)
 
+    def for_guarantee(self, guarantee: Guarantee) -> KafkaSink:
+        """Under at-least-once every transaction announces itself on the marker topic
+        first (``announces_open``): the next run closes what a dead one left open."""
+        if guarantee is Guarantee.EXACTLY_ONCE or self.announces_open:
+            return self
+        copy = dataclasses.replace(self)
+        copy.__dict__["_announce_open"] = True
+        return copy
+
     # -- driver ------------------------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
         self.layout().check_schema(schema)
@@ -177,13 +191,12 @@ class KafkaSink(KafkaConfig, TransactionalSink[_Handle]):
         if self.mode == "staged":
             return _Handle(txn, staged=StagedFile(
                 self.staging.claim(txn, self.__dict__.get("_mark"))))
-        producer = direct.begin(self, txn)
-        return _Handle(txn, producer=producer, skipped=producer is None)
+        producer, marker = direct.begin(self, txn)
+        return _Handle(txn, producer=producer, marker=marker)
 
     def write(self, handle: _Handle, batch: pa.RecordBatch) -> None:
         handle.rows += batch.num_rows
-        if handle.skipped:
-            return
+        handle.fingerprint.update(batch)
         records = self.layout().serialize(batch)
         topics = preflight.row_topics(records)
         if handle.staged is None:  # direct mode produces right away: check first
@@ -197,12 +210,11 @@ class KafkaSink(KafkaConfig, TransactionalSink[_Handle]):
     def prepare(self, handle: _Handle) -> Receipt:
         self.require_topics(sorted(handle.topics), handle.txn)
         if handle.staged is not None:
-            return handle.staged.seal(self.staging, handle.rows, self.fsync)
-        if handle.skipped:
-            return {"mode": "direct", "rows": handle.rows, "skipped": True}
+            return handle.staged.seal(self.staging, handle.fingerprint.written(),
+                                      self.fsync)
         producer, handle.producer = handle.producer, None
-        direct.commit(self, producer, handle.txn)
-        return {"mode": "direct", "rows": handle.rows, "skipped": False}
+        return direct.finish(self, producer, handle.txn, handle.marker,
+                             handle.fingerprint.written())
 
     def abort(self, handle: _Handle, txn: Transaction) -> None:
         if handle.staged is not None:
@@ -236,8 +248,14 @@ class KafkaSink(KafkaConfig, TransactionalSink[_Handle]):
             self.staging.delete(txn)
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
+        """Delete what undecided attempts staged. Before the first batch of an
+        at-least-once query run (``any_direct_run`` ranges), also close every
+        transaction earlier runs left open, whatever their partition count
+        (``pool``)."""
         if self.mode == "staged":
             self.staging.sweep(ranges, keep)
+        if ranges and any(r.any_direct_run for r in ranges):
+            pool.close_open_transactions(self, ranges[0].query_key, ranges[0].sink)
 
     def probe(self, txn: Transaction) -> TxnState:
         if self.mode == "staged":

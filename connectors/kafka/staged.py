@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import DataLossError
+from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Receipt, Transaction
 from sparkeos.core.staging import CHECKPOINT_STAGING as CHECKPOINT_STAGING
 from sparkeos.core.staging import StagingArea, default_dir
@@ -68,18 +69,19 @@ class StagedFile:
             self.writer = pa.ipc.new_file(self.file, records.schema)
         self.writer.write_batch(records)
 
-    def seal(self, staging: StagingArea, rows: int, fsync: bool) -> Receipt:
+    def seal(self, staging: StagingArea, written: Written, fsync: bool) -> Receipt:
         """Close, make durable and publish the file in the staging directory; the
-        receipt names it (no file: the attempt wrote no rows)."""
+        receipt names it (no file: the attempt wrote no rows) and what it holds."""
         if self.writer is None or self.local_file is None:
             staging.discard(self.directory, None)
             return {"mode": "staged", "file": None, "rows": 0}
+        rows = written.rows
         self.writer.close()
         self.file.close()
         size = os.path.getsize(self.local_file)
         relative = staging.seal(self.directory, STAGED_FILE, self.local_file, fsync)
         return {"mode": "staged", "rows": rows, "bytes": size,
-                "file": relative, "host": socket.gethostname()}
+                "file": relative, "host": socket.gethostname(), "written": written.as_json()}
 
     def discard(self, staging: StagingArea) -> None:
         if self.writer is not None:
@@ -99,7 +101,10 @@ def staged_path(config: KafkaConfig, txn: Transaction, receipt: Receipt) -> str 
     path = staging.staged_file(txn, receipt, config.transactional_id(txn))
     if path is not None:
         return path
-    if markers.committed_batch(config, txn, PHASE2, recovering=True) >= txn.batch_id:
+    marker = markers.committed_marker(config, txn, PHASE2, recovering=True)
+    written = Written.from_json(receipt.get("written"))
+    if marker.batch > txn.batch_id or (marker.batch == txn.batch_id and (
+            written is None or written.same_as(marker.written))):
         return None
     path = staging.files.uri(posixpath.join(staging.path, str(receipt["file"])))
     raise DataLossError(

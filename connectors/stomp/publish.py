@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
+from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Transaction
 from sparkeos.core.staging import StagingArea
 
@@ -21,9 +22,13 @@ from .staging import staged_messages
 Frame = tuple[str, bytes, dict[str, str]]
 
 
-def message_id_stem(txn: Transaction) -> str:
-    """The duplicate IDs of the participant's messages are this plus their position."""
-    return f"seos-{txn.query_key}-{txn.sink}-b{txn.batch_id}-p{txn.partition}-"
+def message_id_stem(txn: Transaction, written: Written | None = None) -> str:
+    """The duplicate IDs of the participant's messages are this plus their position.
+    It names what the participant holds (its fingerprint): a re-send of the same rows
+    reuses every ID (the broker drops them), a replay whose partition holds other rows
+    (partitioned otherwise) never reuses an ID of rows it does not hold."""
+    content = f"{written.fingerprint[:16]}-" if written is not None else ""
+    return f"seos-{txn.query_key}-{txn.sink}-b{txn.batch_id}-p{txn.partition}-{content}"
 
 
 def fixed_headers(headers: Mapping[str, str], destination_type: str | None) -> dict[str, str]:

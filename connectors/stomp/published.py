@@ -1,7 +1,8 @@
 """StompSink's markers: the PUBLISHED records that say a participant's batch was sent.
 
-``<staging_dir>/published/<participant id>.json`` holds ``{"batch": N, "txn": id}``,
-written whole once every message of the participant's batch N is confirmed (a
+``<staging_dir>/published/<participant id>.json`` holds ``{"batch": N, "txn": id,
+"rows": ..., "fingerprint": ...}`` (what was sent, ``core.fingerprint``), written whole
+once every message of the participant's batch N is confirmed (a
 temporary name moved over the record: atomic on POSIX and HDFS; on an object store the
 move is one ``PUT``). One record per pooled participant ID: its slot is reused two
 batches later, once batch N is finished and never committed again. A retried commit, a
@@ -16,6 +17,7 @@ import posixpath
 import re
 import uuid
 
+from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Transaction
 from sparkeos.core.staging import StagingArea
 
@@ -28,22 +30,37 @@ def _record(staging: StagingArea, txn: Transaction) -> str:
 
 def published_batch(staging: StagingArea, txn: Transaction) -> int:
     """The last batch published for the participant (-1 if none)."""
+    return published_record(staging, txn)[0]
+
+
+def published_record(staging: StagingArea, txn: Transaction) -> tuple[int, Written | None]:
+    """The last batch published for the participant (-1 if none) and what was sent."""
     try:
-        return int(json.loads(staging.files.read(_record(staging, txn)))["batch"])
+        record = json.loads(staging.files.read(_record(staging, txn)))
+        return int(record["batch"]), Written.from_json(record)
     except (FileNotFoundError, ValueError, KeyError):
-        return -1
+        return -1, None
 
 
-def is_published(staging: StagingArea, txn: Transaction) -> bool:
-    """The transaction's batch (or a later one of its participant) was published."""
-    return published_batch(staging, txn) >= txn.batch_id
+def is_published(staging: StagingArea, txn: Transaction, written: Written | None = None
+                 ) -> bool:
+    """The transaction's batch was published with these rows (``written``; None: any),
+    or a later batch of its participant was. Batch N published with other rows (by an
+    earlier at-least-once run, before a replay partitioned otherwise) is not."""
+    batch, sent = published_record(staging, txn)
+    if batch != txn.batch_id:
+        return batch > txn.batch_id
+    return written is None or written.same_as(sent)
 
 
-def mark_published(staging: StagingArea, txn: Transaction, fsync: bool) -> None:
+def mark_published(staging: StagingArea, txn: Transaction, fsync: bool,
+                   written: Written | None = None) -> None:
     files, final = staging.files, _record(staging, txn)
     files.makedirs(posixpath.dirname(final))
     temp = f"{final}.{uuid.uuid4().hex}.tmp"
-    files.create_new(temp, json.dumps({"batch": txn.batch_id, "txn": txn.txn_id}).encode())
+    record = {"batch": txn.batch_id, "txn": txn.txn_id,
+              **(written.as_json() if written else {})}
+    files.create_new(temp, json.dumps(record).encode())
     if fsync:
         files.make_durable(temp)
     files.replace(temp, final)

@@ -53,6 +53,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import (
     AttemptRange,
     CommitLocation,
@@ -218,28 +219,33 @@ class StompSink(TransactionalSink[StagedAttempt]):
 
     # -- phase 2 / recovery ---------------------------------------------------------------------
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
-        if not receipt.get("file") or not receipt.get("rows") or self._published(txn):
+        written = Written.from_json(receipt.get("written"))
+        if (not receipt.get("file") or not receipt.get("rows")
+                or self._published(txn, written)):
             self.rollback(txn)  # nothing staged, or published before (a retried commit)
             return
         commit_step("checked", txn)
         if not errors.publish_translated(txn, self.endpoint.address,
-                                         lambda: self._publish(txn, receipt),
-                                         lambda: self._published(txn)):
+                                         lambda: self._publish(txn, receipt, written),
+                                         lambda: self._published(txn, written)):
             return  # a concurrent attempt of this commit published it
         commit_step("sent", txn)
-        published.mark_published(self.staging, txn, self.fsync)
+        published.mark_published(self.staging, txn, self.fsync, written)
         commit_step("marked", txn)
         self.rollback(txn)
 
-    def _publish(self, txn: Transaction, receipt: Receipt) -> None:
+    def _publish(self, txn: Transaction, receipt: Receipt, written: Written | None) -> None:
         path = staged_path(self.staging, txn, receipt)
         messages = publish.frames(self.staging, path, self.destination,
                                   publish.fixed_headers(self.headers, self.destination_type),
-                                  self.id_header, publish.message_id_stem(txn))
+                                  self.id_header, publish.message_id_stem(txn, written))
         publish.publish(self.client, txn, messages)
 
-    def _published(self, txn: Transaction) -> bool:
-        return published.is_published(self.staging, txn)
+    def _published(self, txn: Transaction, written: Written | None = None) -> bool:
+        """Published before with these rows (a retried commit, a twin, a replay of the
+        same partition); a record of other rows for this (batch, partition), left by an
+        at-least-once run, does not count (``core.replay``)."""
+        return published.is_published(self.staging, txn, written)
 
     def rollback(self, txn: Transaction) -> None:
         """Delete what the attempt staged (nothing of it was ever sent)."""

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.protocol import Receipt, Transaction
 from sparkeos.core.records import iter_records
 from sparkeos.core.staging import StagingArea, default_dir
@@ -52,11 +53,14 @@ class StagedAttempt:
     """The local file being written: in place on a POSIX root, else a temporary one that
     ``seal`` uploads."""
     destinations: dict[str, int] = field(default_factory=dict)
+    content: Fingerprint = field(default_factory=Fingerprint)
+    """What the attempt staged (``core.replay``: a replay skips only the same rows)."""
 
     def append(self, records: pa.RecordBatch, staging: StagingArea,
                destination: str | None) -> None:
         """Add serialised ``records`` (``destination`` names the fixed one)."""
         self.rows += records.num_rows
+        self.content.update(records)
         if "topic" in records.schema.names:
             counts = pc.value_counts(records.column("topic"))
             for item in counts.to_pylist():
@@ -82,7 +86,8 @@ class StagedAttempt:
         self.file.close()
         relative = staging.seal(self.directory, STAGED_FILE, str(self.written), fsync)
         return {"file": relative, "rows": self.rows,
-                "destinations": self.destinations, "host": socket.gethostname()}
+                "destinations": self.destinations, "host": socket.gethostname(),
+                "written": self.content.written().as_json()}
 
     def discard(self, staging: StagingArea) -> None:
         for closable in (self.writer, self.file):

@@ -23,9 +23,13 @@ subclass, so an unexpected pass is reported too.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -55,6 +59,7 @@ from sparkeos.core.protocol import CommitLocation, Transaction, TransactionalSin
 from .inprocess import ID_SCHEMA, ArrowRunner, ListRunner, id_batch, run_uncommitted
 from .job import JobResult, JobSpec, load_factory, run_job, run_job_process, write_input
 from .races import RaceCases
+from .replays import REPLAY_RULE, ReplayCases
 
 BEFORE_DECISION = ("after_begun", "after_all_prepared", "kill_driver_after_first_prepare")
 AFTER_ALL_COMMITS = ("after_all_commits", "after_finished")
@@ -83,7 +88,7 @@ def assert_exactly_once(visible: list[int], expected: list[int]) -> None:
     )
 
 
-class ConnectorConformance(RaceCases):
+class ConnectorConformance(RaceCases, ReplayCases):
     files = 3
     rows_per_file = 30
     partitions = 2
@@ -233,23 +238,83 @@ class ConnectorConformance(RaceCases):
         assert_exactly_once(self.visible_ids(workdir), expected)
 
     @pytest.mark.chaos
-    def test_at_least_once_task_killed_mid_write_then_restart(self, workdir: str) -> None:
-        """``at_least_once`` never gets stuck: the first attempt of a task dies (its
-        worker exits at once, as under kill -9) after writing some rows; with no task
-        retries the query fails. The restart replays the batch with the same task IDs,
-        where the dead attempt's claim still lies: every id arrives (at least once)."""
+    def test_at_least_once_task_killed_then_replayed_with_fewer_partitions(
+            self, workdir: str) -> None:
+        """``at_least_once`` never loses a row and never gets stuck: partition 0's task
+        commits, then partition 1's first attempt dies (its worker exits at once, as
+        under kill -9) after writing some rows; with no task retries the query fails.
+        The restart replays the batch on one partition (a restart on fewer cores, another
+        ``repartition``): that partition holds other rows than partition 0 held, so it
+        must be written, not skipped on partition 0's marker (the replay rule, see
+        ``sparkeos.testing.replays``); the dead attempt's claim must not block it."""
         if not self.at_least_once_supported(workdir):
             pytest.skip("the connector does not offer at_least_once")
         expected = self.prepare_input(workdir)
         spec = self.job(workdir, mode="at_least_once")
-        failed = self.run(spec, fault=f"kill_task_mid_write@{CRASH_BATCH}")
+        barrier = os.path.join(workdir, "faults")
+        failed = self.run(spec, fault=f"kill_task_mid_write_after_first_commit@{CRASH_BATCH}",
+                          env={BARRIER_ENV: barrier})
         assert failed.returncode != 0, failed.tail()
         assert "Python worker exited unexpectedly" in failed.stderr or "crashed" in (
             failed.stderr), f"the task was not killed:\n{failed.tail()}"
-        self.run_to_completion(spec, restarts=1)
+        committed = set(self.visible_ids(workdir)) & set(self.ids_of_batches(CRASH_BATCH + 1))
+        assert committed - set(self.ids_of_batches(CRASH_BATCH)), (
+            "partition 0 of the killed batch committed nothing before partition 1 died")
+        self.run_to_completion(dataclasses.replace(spec, partitions=1), restarts=1)
         visible = self.visible_ids(workdir)
         missing = sorted(set(expected) - set(visible))
-        assert not missing and set(visible) == set(expected), f"missing={missing[:20]}"
+        assert not missing and set(visible) == set(expected), (
+            f"missing={missing[:20]}: {REPLAY_RULE}")
+
+    lease_ttl_s = 1.0
+    """The lease lifetime of ``test_recover_refuses_beside_a_long_batch``'s query."""
+
+    def test_recover_refuses_beside_a_long_batch(self, workdir: str) -> None:
+        """A batch runs longer than the query's lease lifetime (a task of phase 1 is held
+        until the test releases it) while an operator runs ``sparkeos recover`` without
+        ``--force``: recover must refuse (the lease is kept fresh by whatever runs the
+        batch), never abort the batch; released, the batch commits every row once.
+        Through a format, the lease is released once the last batch committed, so
+        recover may act at once after the query stopped."""
+        expected = self.prepare_input(workdir, files=2)
+        spec = self.job(workdir)
+        spec.settings["lease_ttl_s"] = self.lease_ttl_s
+        barrier = os.path.join(workdir, "faults")
+        outcome: dict[str, JobResult] = {}
+        job = threading.Thread(target=lambda: outcome.update(result=run_job_process(
+            spec, fault=f"hold_in_phase_1@{CRASH_BATCH}", env={BARRIER_ENV: barrier})))
+        job.start()
+        try:
+            _wait_for(lambda: os.path.exists(os.path.join(barrier, "held")),
+                      "a task of the batch held in phase 1")
+            log = CommitLog(open_store(sink_log_location(spec.checkpoint, spec.name)))
+            # A lease written when the batch began, and never renewed, is stale by now.
+            stale_after = time.time() + 1.5 * self.lease_ttl_s
+            _wait_for(lambda: time.time() > stale_after, "one and a half lease lifetimes")
+            refused = self.recover_cli(workdir, spec.checkpoint, force=False)
+            holder = int((log.read_lease() or {}).get("pid", 0))
+            if self.route == "format" and os.path.exists(f"/proc/{holder}/comm"):
+                with open(f"/proc/{holder}/comm") as fh:  # the driver, not a worker
+                    assert fh.read().strip() == "java", f"the lease names pid {holder}"
+        finally:
+            os.makedirs(barrier, exist_ok=True)
+            open(os.path.join(barrier, "release"), "w").close()
+            job.join(600)
+        assert refused.returncode != 0 and "holds the lease" in refused.stderr, (
+            f"recover acted beside a live batch:\n{refused.stdout}{refused.stderr}")
+        assert outcome["result"].returncode == 0, outcome["result"].tail()
+        assert_exactly_once(self.visible_ids(workdir), expected)
+        if self.route == "format":
+            assert (log.read_lease() or {}).get("released"), log.read_lease()
+
+    def recover_cli(self, workdir: str, checkpoint: str, force: bool
+                    ) -> subprocess.CompletedProcess[str]:
+        """``sparkeos recover`` of ``checkpoint`` in a process of its own."""
+        sets = [arg for key, value in self.recover_settings(workdir).items()
+                for arg in ("--set", f"{key}={value}")]
+        return subprocess.run([sys.executable, "-m", "sparkeos.cli", "recover",
+                               *(["--force"] if force else []), checkpoint, *sets],
+                              capture_output=True, text=True, timeout=300)
 
     @pytest.mark.chaos
     def test_plain_foreachbatch_duplicates_under_the_same_crash(self, workdir: str) -> None:
@@ -528,6 +593,16 @@ class ConnectorConformance(RaceCases):
         self.assert_no_leftovers(workdir)
 
 
+def _wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 240.0) -> None:
+    """Poll until ``condition`` holds (an event, not a fixed sleep: the deadline only
+    bounds a failure)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
 def _in_thread(fn: Callable[[], None]) -> threading.Thread:
     """Run another task attempt beside this one (its failure is its own)."""
     thread = threading.Thread(target=_attempt_quietly, args=(fn,), daemon=True)
@@ -610,24 +685,31 @@ def _task_retry_after_prepare_only(self: Any, workdir: str, point: str) -> None:
 
 class SampledConformance:
     """Put first in the bases of a variant of a connector's conformance class (the same
-    sink with its state on other storage, e.g. HDFS) to run every in-process case and
-    a sample of the Spark jobs: end to end and a task retry after prepare. The driver
-    kills, the plain-writer, no-retry, at-least-once and speculation cases run in the
-    plain suite: they exercise the protocol, not the storage. Combine with ``ClusterConformance``
+    sink with its state on other storage, e.g. HDFS) to run the in-process cases (of the
+    replay cases, the at-least-once replay on other partitions) and a sample of the
+    Spark jobs: end to end and a task retry after prepare. The driver kills, the
+    plain-writer, no-retry, at-least-once and speculation cases run in the plain suite:
+    they exercise the protocol, not the storage. Combine with ``ClusterConformance``
     for a driver kill and lost executors with the state on that storage."""
 
     test_plain_foreachbatch_duplicates_under_the_same_crash = None
     test_driver_crash_then_restart = None
     test_speculative_attempts_on_a_cluster = None
-    test_at_least_once_task_killed_mid_write_then_restart = None
+    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
     test_soak_many_tiny_batches_stay_bounded = None
+    test_recover_refuses_beside_a_long_batch = None
+    # The replay rule is the connector's: one case of it against the other storage.
+    test_exactly_once_replay_partitioned_otherwise = None
+    test_at_least_once_replay_partitioned_as_before_loses_nothing = None
+    test_a_switch_to_exactly_once_over_a_half_written_batch = None
 
     test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
 
 
 SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_transaction_id",
+               "test_recover_refuses_beside_a_long_batch",
                "test_end_to_end_several_batches",
-               "test_at_least_once_task_killed_mid_write_then_restart",
+               "test_at_least_once_task_killed_then_replayed_with_fewer_partitions",
                "test_plain_foreachbatch_duplicates_under_the_same_crash",
                "test_speculative_attempts_on_a_cluster",
                "test_driver_crash_then_restart_on_a_cluster",
@@ -654,6 +736,7 @@ class SampledDriverKills:
     driver_kill_points = SAMPLED_DRIVER_POINTS
 
     test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
+    test_recover_refuses_beside_a_long_batch = None  # the route's lease: the file sink's
 
     @pytest.mark.speculation
     @pytest.mark.parametrize("winner", ["copy"])
@@ -675,6 +758,26 @@ class InProcessConformance:
             setattr(cls, name, None)
 
 
+AT_LEAST_ONCE_CASES = frozenset({
+    "test_at_least_once_replay_partitioned_otherwise_loses_nothing",
+    "test_at_least_once_replay_partitioned_as_before_loses_nothing",
+    "test_at_least_once_task_killed_then_replayed_with_fewer_partitions"})
+
+
+class AtLeastOnceConformance:
+    """Put first in the bases of a variant of a connector's conformance class that
+    offers only ``at_least_once`` (a direct mode, e.g. ``KafkaSink(mode="direct")``):
+    the cases of that guarantee only, in process and through Spark: a batch half
+    written by the run that died is replayed on fewer and on more partitions, and on
+    the same ones; never a row lost."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in dir(cls):
+            if name.startswith("test_") and name not in AT_LEAST_ONCE_CASES:
+                setattr(cls, name, None)
+
+
 class ConnectConformance:
     """Put first in the bases of a connector's conformance class to run its end-to-end
     and driver-kill cases through Spark Connect (a local Connect server per job, killed
@@ -694,19 +797,28 @@ class ConnectConformance:
                 setattr(cls, name, None)  # pytest collects no test of that name
 
 
-FORMAT_CASES = frozenset({"test_end_to_end_several_batches", "test_driver_crash_then_restart",
+REPLAY_CASES = frozenset({"test_exactly_once_replay_partitioned_otherwise",
+                          "test_at_least_once_replay_partitioned_otherwise_loses_nothing",
+                          "test_at_least_once_replay_partitioned_as_before_loses_nothing",
+                          "test_a_switch_to_exactly_once_over_a_half_written_batch"})
+"""The replay cases: in process, through the route of the class (``replay_route``)."""
+FORMAT_CASES = REPLAY_CASES | frozenset({
+                          "test_end_to_end_several_batches", "test_driver_crash_then_restart",
+                          "test_recover_refuses_beside_a_long_batch",
                           "test_task_retry_reuses_the_transaction_id",
-                          "test_at_least_once_task_killed_mid_write_then_restart",
+                          "test_at_least_once_task_killed_then_replayed_with_fewer_partitions",
                           "test_speculative_attempts_on_a_cluster"})
 
 
 class FormatConformance:
     """Put first in the bases of a connector's conformance class to run its Spark cases
     through the sink's Spark format (``writeStream.format("sparkeos-...")``; implement
-    ``format_spec``): end to end, the driver killed at every point, task retries,
-    at-least-once with a task killed, a speculative copy winning on the cluster (the
-    original goes on as a zombie). The in-process cases are the same code whichever
-    route runs the batch, and are left out."""
+    ``format_spec``, and ``format_rows`` if its ``select`` projects the rows): end to
+    end, the driver killed at every point, task retries, at-least-once with a task
+    killed, a speculative copy winning on the cluster (the original goes on as a
+    zombie), and the replay cases in process through the format's own calls
+    (``sparkeos.testing.formatroute``). The other in-process cases are the same code
+    whichever route runs the batch, and are left out."""
 
     route = "format"
 
@@ -737,5 +849,6 @@ class SampledFormatConformance(FormatConformance):
 
     driver_kill_points = FORMAT_SAMPLED_POINTS
     test_task_retry_reuses_the_transaction_id = None
-    test_at_least_once_task_killed_mid_write_then_restart = None
+    test_recover_refuses_beside_a_long_batch = None
+    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
     test_speculative_attempts_on_a_cluster = None  # type: ignore[assignment]

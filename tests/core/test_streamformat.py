@@ -211,3 +211,25 @@ def test_every_format_is_registered_by_spark_itself() -> None:
     assert set(sources.values()) == set(format_classes())
     for module, source in sources.items():
         assert module == "pyspark_" + source.name().replace("-", "_")
+
+
+def test_a_batch_holds_the_lease_from_its_planning_until_its_commit(tmp_path: Any) -> None:
+    """The format route has no process that lives as long as the query run: the lease
+    is taken at the planning (before ``begun``), names the driver (not a worker), and is
+    released once the batch is committed or aborted."""
+    from sparkeos.core.lease import lease_held
+
+    checkpoint, out = spark_checkpoint(tmp_path / "ckpt"), str(tmp_path / "out")
+    log = CommitLog(open_store(sink_log_location(checkpoint, "files")))
+    offsets_up_to(checkpoint, 0)
+    planned = query(checkpoint, out).plan(ID_SCHEMA)
+    lease = log.read_lease()
+    assert lease_held(lease) and lease["batch"] == 0 and lease["pid"] != os.getpid()
+    assert planned.lease is not None and planned.lease.record["pid"] == lease["pid"]
+    query(checkpoint, out).commit(0, [task(planned, 0, [1])], ID_SCHEMA)
+    assert not lease_held(log.read_lease()), "still held after the batch committed"
+    offsets_up_to(checkpoint, 1)
+    query(checkpoint, out).plan(ID_SCHEMA)
+    assert lease_held(log.read_lease())
+    query(checkpoint, out).abort(1, [None])
+    assert log.read_lease()["released"] and log.read_lease()["batch"] == 1

@@ -3,8 +3,9 @@
 ``MemorySystem`` behaves like a database with prepared transactions: writes are
 invisible until commit, a prepared transaction survives the writer, every attempt has
 its own transaction ID, a rolled-back open transaction is fenced (its writer fails),
-and a marker per committed (batch, partition) lets an idempotent commit tell
-"already committed" from "lost" and a late attempt see that its partition is done.
+and a marker per committed transaction of a (batch, partition), with the rows it wrote,
+lets an idempotent commit tell "already committed" from "lost" and a replay skip a
+partition only when it holds the rows committed there (``core.replay``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class MemorySystem:
     open: dict[str, list[Any]] = field(default_factory=dict)
     fenced: set[str] = field(default_factory=set)
     markers: dict[tuple[int, int], str] = field(default_factory=dict)
+    """(batch, partition) -> the transaction that committed it last."""
+    committed_rows: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    """Transaction ID -> the rows it committed."""
     commits: int = 0
 
     @property
@@ -54,8 +58,6 @@ class MemorySink(TransactionalSink[Handle]):
     def begin(self, txn: Transaction) -> Handle:
         if txn.txn_id in self.system.open or txn.txn_id in self.system.prepared:
             raise RuntimeError(f"transaction ID {txn.txn_id} is already in use")
-        if (txn.batch_id, txn.partition) in self.system.markers:
-            return Handle(txn, skipped=True)  # a late attempt of a committed partition
         self.system.open[txn.txn_id] = []
         return Handle(txn)
 
@@ -64,29 +66,40 @@ class MemorySink(TransactionalSink[Handle]):
             raise RuntimeError(f"transaction {handle.txn.txn_id} was fenced")
 
     def write(self, handle: Handle, batch: pa.RecordBatch) -> None:
-        if handle.skipped:
-            return
         self._check(handle)
         self.system.open[handle.txn.txn_id].extend(batch.column("id").to_pylist())
 
     def prepare(self, handle: Handle) -> Receipt:
-        if handle.skipped:
-            return {"rows": 0, "skipped": True}
         self._check(handle)
-        rows = self.system.open.pop(handle.txn.txn_id)
-        self.system.prepared[handle.txn.txn_id] = rows
-        return {"rows": len(rows)}
+        txn = handle.txn
+        rows = self.system.open.pop(txn.txn_id)
+        earlier = [self.system.committed_rows[t] for t in self._committed(txn)]
+        if tuple(rows) in earlier:  # the same rows committed there before: a replay
+            handle.skipped = True
+            return {"rows": 0, "skipped": True, "replay": {"same": True}}
+        self.system.prepared[txn.txn_id] = rows
+        return {"rows": len(rows), **({"replay": {"same": False}} if earlier else {})}
+
+    def _committed(self, txn: Transaction) -> list[str]:
+        return [t for t in self.system.committed_rows if self._same_partition(t, txn)]
+
+    @staticmethod
+    def _same_partition(txn_id: str, txn: Transaction) -> bool:
+        return txn_id.startswith(f"{txn.participant_id}-b{txn.batch_id}r")
 
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
+        if receipt.get("skipped"):
+            return
         marker = (txn.batch_id, txn.partition)
         rows = self.system.prepared.pop(txn.txn_id, None)
         if rows is None:
-            if self.system.markers.get(marker) == txn.txn_id:
+            if txn.txn_id in self.system.committed_rows:
                 return
             raise DataLossError("prepared transaction vanished", txn_id=txn.txn_id,
                                 batch_id=txn.batch_id)
         self.system.visible.extend(rows)
         self.system.markers[marker] = txn.txn_id
+        self.system.committed_rows[txn.txn_id] = tuple(rows)
         self.system.commits += 1
 
     def rollback(self, txn: Transaction) -> None:
@@ -99,7 +112,7 @@ class MemorySink(TransactionalSink[Handle]):
             return TxnState.PREPARED
         if txn.txn_id in self.system.open:
             return TxnState.OPEN
-        if self.system.markers.get((txn.batch_id, txn.partition)) == txn.txn_id:
+        if txn.txn_id in self.system.committed_rows:
             return TxnState.COMMITTED
         return TxnState.ABSENT
 

@@ -238,7 +238,7 @@ class TestFileSinkFormatS3(FormatConformance, TestFileSinkS3):
     test_end_to_end_several_batches = ConnectorConformance.test_end_to_end_several_batches
     test_driver_crash_then_restart = None
     test_task_retry_reuses_the_transaction_id = None
-    test_at_least_once_task_killed_mid_write_then_restart = None
+    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
     test_speculative_attempts_on_a_cluster = None
 
     def format_spec(self, workdir: str) -> dict[str, Any]:

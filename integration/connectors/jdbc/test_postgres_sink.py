@@ -607,7 +607,7 @@ def _prepare_without_validate(sink: PostgresSink, txn: Any) -> None:
     with conn.cursor() as cur:  # the marker table validate would have created
         cur.execute(f'CREATE TABLE IF NOT EXISTS "{sink.marker_table}" (query_key text, '
                     'sink text, batch_id bigint, "partition" integer, txn_id text, '
-                    "attempt text, committed_at timestamptz, "
+                    "attempt text, committed_at timestamptz, rows bigint, fingerprint text, "
                     'PRIMARY KEY (query_key, sink, batch_id, "partition", txn_id))')
     conn.close()
     handle = sink.begin(txn)
@@ -650,3 +650,30 @@ def test_import_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_a_marker_table_from_before_fingerprints_is_upgraded_and_never_skips(
+        pg_server, names, admin):
+    """A marker table made by an earlier version has no ``rows``/``fingerprint``: the
+    sink's validation adds them (only when missing), and an old marker row of the
+    replayed (batch, partition) never counts as the same rows: the replay writes."""
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{names.marker}" (query_key text NOT NULL, sink text '
+                    'NOT NULL, batch_id bigint NOT NULL, "partition" integer NOT NULL, '
+                    "txn_id text NOT NULL, attempt text NOT NULL DEFAULT '', committed_at "
+                    "timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (query_key, sink, "
+                    'batch_id, "partition", txn_id))')
+        cur.execute(f'INSERT INTO "{names.marker}" (query_key, sink, batch_id, "partition", '
+                    "txn_id) VALUES (%s, 'pg', 0, 0, 'seos-old-pg-p0-s0-b0r1000001a0')",
+                    (names.query_key,))
+    sink = sink_for(pg_server, names)
+    coordinator(sink, None, names, guarantee=Guarantee.AT_LEAST_ONCE).run_batch(
+        0, ids_runner([[1, 2]]))
+    assert table_ids(admin, names.table) == [1, 2], "an old marker hid the replay's rows"
+    with admin.cursor() as cur:
+        cur.execute(f'SELECT rows, fingerprint FROM "{names.marker}" WHERE rows IS NOT NULL')
+        assert [(rows, len(fp)) for rows, fp in cur.fetchall()] == [(2, 32)]
+    # The same rows again (a replay partitioned as before): written nothing twice.
+    coordinator(sink, None, names, guarantee=Guarantee.AT_LEAST_ONCE).run_batch(
+        0, ids_runner([[1, 2]]))
+    assert table_ids(admin, names.table) == [1, 2]

@@ -185,11 +185,16 @@ def test_marker_check_skips_an_already_committed_participant(
 
     # Commit again from the same receipt (a retried commit task): nothing new.
     sink.commit(txn, receipt)
-    # A second attempt of the same (batch, partition) staged again and committed: the
-    # marker says batch 4 of partition 1 is done, so it is skipped.
+    # A second attempt of the same (batch, partition) with the same rows (a replay
+    # partitioned as before): the marker names them, so it is skipped.
     again = pool_txn(4, 1, tag=1)
-    sink.commit(again, stage(sink, again, [1, 2, 3, 99]))
+    sink.commit(again, stage(sink, again, [1, 2, 3]))
     assert ids(kafka_bootstrap, topic) == [1, 2, 3]
+    # One with other rows (an at-least-once replay partitioned otherwise) is published:
+    # a marker of other rows never hides rows it does not hold (core.replay).
+    other_rows = pool_txn(4, 1, tag=2)
+    sink.commit(other_rows, stage(sink, other_rows, [3, 99]))
+    assert ids(kafka_bootstrap, topic) == [1, 2, 3, 3, 99]
     # Another participant of the same batch has its own marker.
     other = pool_txn(4, 0)
     assert sink.probe(other) is TxnState.ABSENT
@@ -197,7 +202,7 @@ def test_marker_check_skips_an_already_committed_participant(
     # The next batch on the same transactional ID (slot) is not skipped.
     later = pool_txn(6, 1)
     sink.commit(later, stage(sink, later, [8]))
-    assert ids(kafka_bootstrap, topic) == [1, 2, 3, 7, 8]
+    assert ids(kafka_bootstrap, topic) == [1, 2, 3, 3, 7, 8, 99]
 
 
 def test_broken_marker_check_would_duplicate(
@@ -215,7 +220,8 @@ def test_broken_marker_check_would_duplicate(
     os.makedirs(os.path.dirname(staged), exist_ok=True)
     with open(staged, "wb") as fh:  # the staged file as before the first commit
         fh.write(backup)
-    monkeypatch.setattr(markers, "committed_batch", lambda config, txn, *args: -1)
+    monkeypatch.setattr(markers, "committed_marker",
+                        lambda config, txn, *args: markers.NO_MARKER)
     sink.commit(txn, receipt)
     assert ids(kafka_bootstrap, topic) == [1, 1, 2, 2]
 

@@ -1,0 +1,151 @@
+"""Transactions a dead run left open never pin a reader after the restart, whatever
+the restart's partition count (Flink's pooled-ID bug, FLINK-40626).
+
+A process opens Kafka transactions for 8 participants, writes into them and is killed
+(kill -9: nothing aborts them). The restart runs with 1 participant. A ``read_committed``
+reader's last stable offset (LSO) of every output partition and of the marker topic
+must reach the high watermark within 30 s after the restart's first batch: without the
+fix it stayed pinned for the whole ``transaction.timeout.ms``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from sparkeos.connectors.kafka import KafkaSink, read_topic
+from sparkeos.core.commitlog import CommitLog, LocalStore
+from sparkeos.core.config import CoordinatorConfig, Guarantee
+from sparkeos.core.coordinator import Coordinator
+from sparkeos.core.faults import FaultPlan, InjectedCrash
+from sparkeos.core.txpool import DIRECT_RUNS
+from sparkeos.testing.inprocess import ListRunner
+
+from .conftest import create_topic, unique_name
+
+WRITERS = 8
+BOUND_S = 30.0
+QUERY_KEY = "poolq"
+
+
+def sink_kwargs(bootstrap: str, topic: str, tmp_path: Any, mode: str) -> dict[str, Any]:
+    # A marker topic of its own: another test's transaction open on the shared one
+    # would read as pinned here.
+    return {"bootstrap_servers": bootstrap, "topic": topic, "mode": mode,
+            "marker_topic": f"{topic}-markers",
+            "staging_dir": str(tmp_path / "staging"),
+            "transactional_id_prefix": unique_name(str(tmp_path), "t") + "-",
+            "transaction_timeout_ms": 600_000, "timeout_s": 20.0}
+
+
+def die_with_open_transactions(kwargs: dict[str, Any], sink_name: str, batch_id: int,
+                               run: int, guarantee: Guarantee) -> None:
+    """A child process begins the transactions of ``WRITERS`` participants of
+    ``batch_id`` as the sink does under ``guarantee`` (direct tasks, or phase-2
+    publishes), writes into each, then is killed: each stays open on the broker."""
+    KafkaSink(**kwargs).check_broker()  # the driver's checks: the marker topic made
+    code = textwrap.dedent(f"""
+        import os
+        from sparkeos.connectors.kafka import KafkaSink, markers, producers
+        from sparkeos.core.config import Guarantee
+        from sparkeos.core.txpool import TransactionPool
+        from sparkeos.testing.inprocess import id_batch
+        sink = KafkaSink(**{kwargs!r}).for_guarantee(Guarantee({guarantee.value!r}))
+        pool = TransactionPool({QUERY_KEY!r}, {sink_name!r})
+        for p in range({WRITERS}):
+            txn = pool.transaction({batch_id}, p, {run}, 0)
+            producer = producers.init_producer(sink, txn, "phase 1")
+            producer.begin_transaction()
+            if sink.announces_open:
+                markers.open_progress(sink, producer, txn)
+            producers.produce(sink, producer, sink.layout().serialize(id_batch([p])))
+            producer.flush(10)
+        os.kill(os.getpid(), 9)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == -9, result.stderr[-2000:]
+
+
+def pinned(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:
+    """Partitions of the output and marker topics whose last stable offset (what a
+    read_committed reader reaches) is short of the high watermark: {partition: (LSO,
+    HWM)}."""
+    found: dict[str, list[int]] = {}
+    for name, partitions in ((topic, (0, 1)), (f"{topic}-markers", (0,))):
+        for isolation in ("read_committed", "read_uncommitted"):
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso-check",
+                                 "isolation.level": isolation})
+            try:
+                for p in partitions:
+                    _low, end = consumer.get_watermark_offsets(TopicPartition(name, p),
+                                                               timeout=20)
+                    found.setdefault(f"{name}[{p}]", []).append(end)
+            finally:
+                consumer.close()
+    return {k: (v[0], v[1]) for k, v in found.items() if v[0] < v[1]}
+
+
+def unpinned_within(bootstrap: str, topic: str, bound_s: float) -> dict[str, Any]:
+    """Wait (polling) until no partition is pinned, at most ``bound_s``; what is still
+    pinned then."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        left = pinned(bootstrap, topic)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("mode", ["direct", "staged"])
+def test_at_least_once_restart_with_one_writer_closes_what_eight_left_open(
+        kafka_bootstrap: str, tmp_path: Any, mode: str) -> None:
+    topic = unique_name(str(tmp_path))
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    kwargs = sink_kwargs(kafka_bootstrap, topic, tmp_path, mode)
+    name = f"pool-{mode}"
+    die_with_open_transactions(kwargs, name, batch_id=3, run=DIRECT_RUNS.start + 7,
+                               guarantee=Guarantee.AT_LEAST_ONCE)
+    assert pinned(kafka_bootstrap, topic), "the killed writers left nothing open"
+    config = CoordinatorConfig(name=name, guarantee=Guarantee.AT_LEAST_ONCE)
+    restart = Coordinator(KafkaSink(**kwargs), config, None, QUERY_KEY)
+    restart.run_batch(3, ListRunner([[100, 101]]))
+    left = unpinned_within(kafka_bootstrap, topic, BOUND_S)
+    assert not left, (f"last stable offsets pinned {BOUND_S:.0f} s after the restart's first "
+                      f"batch (LSO, HWM): {left}")
+    values = [json.loads(m.value())["id"] for m in read_topic(kafka_bootstrap, topic)]
+    assert sorted(values) == [100, 101], "the dead writers' records stayed invisible"
+
+
+def test_exactly_once_recovery_closes_what_a_dead_phase_2_left_open(
+        kafka_bootstrap: str, tmp_path: Any) -> None:
+    """Batch 0 is decided with 8 participants; their phase-2 publishes open their
+    transactions and die. The restart, with 1 participant, recovers batch 0 first: each
+    decided participant's ID is initialised again (aborting what was open) and its
+    staged records published."""
+    topic = unique_name(str(tmp_path))
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    kwargs = sink_kwargs(kafka_bootstrap, topic, tmp_path, "staged")
+    log = CommitLog(LocalStore(str(tmp_path / "log")))
+    config = CoordinatorConfig(name="pool-eo")
+    crashing = Coordinator(KafkaSink(**kwargs), config, log, QUERY_KEY,
+                           FaultPlan("after_decided", 0, simulate=True))
+    with pytest.raises(InjectedCrash):
+        crashing.run_batch(0, ListRunner([[p] for p in range(WRITERS)]))
+    decided = log.batches()[0].decided_run
+    assert decided is not None
+    die_with_open_transactions(kwargs, "pool-eo", batch_id=0, run=decided,
+                               guarantee=Guarantee.EXACTLY_ONCE)
+    assert pinned(kafka_bootstrap, topic)
+    restart = Coordinator(KafkaSink(**kwargs), config, log, QUERY_KEY)
+    restart.run_batch(1, ListRunner([[100]]))
+    left = unpinned_within(kafka_bootstrap, topic, BOUND_S)
+    assert not left, f"pinned after the restart's first batch (LSO, HWM): {left}"
+    values = sorted(json.loads(m.value())["id"] for m in read_topic(kafka_bootstrap, topic))
+    assert values == [*range(WRITERS), 100]
