@@ -149,7 +149,7 @@ class FaultPlan:
                  + PAUSE_POINTS)
         if point not in known:
             raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {known}")
-        barrier = os.environ.get(BARRIER_ENV, "")
+        barrier = plan_setting(BARRIER_ENV)
         if (point in SPECULATION_POINTS + PAUSE_POINTS
                 or point == "kill_task_mid_write_after_first_commit") and not barrier:
             raise ValueError(f"{ENV_VAR}={spec!r} needs {BARRIER_ENV} (a directory every "

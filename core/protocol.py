@@ -30,8 +30,13 @@ Rules every implementation must keep (the conformance suite checks them):
 * Attempts are concurrent. Spark may run several attempts of one task at once; each
   has its own ``txn_id``. ``begin``, ``write``, ``prepare`` and ``abort`` touch only
   their own attempt's state, never another ID's. If the destination serialises
-  attempts (a row lock), ``begin`` may wait or fail; if it can see that this batch's
-  partition is already committed, it may write nothing (and say so in the receipt).
+  attempts (a row lock), ``begin`` may wait or fail.
+* The replay rule (``core.replay``). An attempt may write nothing because its (batch,
+  partition) was committed before only when what was committed holds the same rows
+  (``core.fingerprint.Written``, recorded with the marker): Spark replays a batch's
+  input, not its partitioning, so partition ``p`` of a replay may hold other rows than
+  the partition ``p`` that committed. Decide at ``prepare``, say so in the receipt
+  (``REPLAY_KEY``); otherwise write again (at-least-once may duplicate, never lose).
 * ``begin`` claims its ``txn_id`` exclusively: when another attempt already holds the
   same ID (a zombie of a retried stage, whose attempt numbers restart at 0), ``begin``
   or ``prepare`` raises ``AttemptFencedError`` and never writes into that attempt's

@@ -3,11 +3,14 @@
 Phase 1, in each Spark task attempt (``mode="transactional"``, the default); every
 attempt has its own gid, the attempt's transaction ID::
 
-    begin    session named after the attempt; BEGIN; insert the attempt's marker row
-             (query, sink, batch, partition, gid), unless a marker shows another
-             attempt already committed the partition (this attempt then writes nothing)
-    write    COPY ... FROM STDIN (CSV made by pyarrow), never row by row
-    prepare  PREPARE TRANSACTION '<gid>'; the receipt carries rows and the xid
+    begin    session named after the attempt; BEGIN
+    write    COPY ... FROM STDIN (CSV made by pyarrow), never row by row; the rows are
+             fingerprinted as they go (``core.fingerprint``)
+    prepare  if a marker shows the same rows committed for this (batch, partition)
+             (a replay partitioned as before, a late zombie), ROLLBACK: nothing written
+             (``core.replay``); else insert the attempt's marker row (query, sink,
+             batch, partition, gid, rows, fingerprint) and PREPARE TRANSACTION
+             '<gid>'; the receipt carries rows and the xid
 
 Phase 2, on the driver: ``COMMIT PREPARED '<gid>'`` for the attempt ``decided(N)``
 names, after checking in ``pg_prepared_xacts`` that it is the transaction the receipt

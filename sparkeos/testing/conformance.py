@@ -43,7 +43,7 @@ from sparkeos.core.commitlog import (
     open_store,
     sink_log_location,
 )
-from sparkeos.core.config import CoordinatorConfig
+from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import ConfigurationError, DataLossError, TransactionAbortedError
 from sparkeos.core.faults import (
@@ -148,12 +148,13 @@ class ConnectorConformance(RaceCases, ReplayCases):
         raise NotImplementedError
 
     def run(self, spec: JobSpec, fault: str | None = None,
-            env: dict[str, str] | None = None) -> JobResult:
+            env: dict[str, str] | None = None, barrier: str | None = None) -> JobResult:
         """A run that something kills, or with settings of its own (``env``), in a job
-        process of its own; else in the warm session (``sparkeos.testing.job.run_job``)."""
+        process of its own; else in the warm session (``sparkeos.testing.job.run_job``).
+        ``barrier``: the fault's signal directory (it needs no process of its own)."""
         if env:
-            return run_job_process(spec, fault, env=env)
-        return run_job(spec, fault)
+            return run_job_process(spec, fault, env=env, barrier=barrier)
+        return run_job(spec, fault, barrier=barrier)
 
     def run_to_completion(self, spec: JobSpec, restarts: int = 3) -> None:
         for _ in range(restarts):
@@ -253,7 +254,7 @@ class ConnectorConformance(RaceCases, ReplayCases):
         spec = self.job(workdir, mode="at_least_once")
         barrier = os.path.join(workdir, "faults")
         failed = self.run(spec, fault=f"kill_task_mid_write_after_first_commit@{CRASH_BATCH}",
-                          env={BARRIER_ENV: barrier})
+                          barrier=barrier)
         assert failed.returncode != 0, failed.tail()
         assert "Python worker exited unexpectedly" in failed.stderr or "crashed" in (
             failed.stderr), f"the task was not killed:\n{failed.tail()}"
@@ -282,7 +283,7 @@ class ConnectorConformance(RaceCases, ReplayCases):
         barrier = os.path.join(workdir, "faults")
         outcome: dict[str, JobResult] = {}
         job = threading.Thread(target=lambda: outcome.update(result=run_job_process(
-            spec, fault=f"hold_in_phase_1@{CRASH_BATCH}", env={BARRIER_ENV: barrier})))
+            spec, fault=f"hold_in_phase_1@{CRASH_BATCH}", barrier=barrier)))
         job.start()
         try:
             _wait_for(lambda: os.path.exists(os.path.join(barrier, "held")),
@@ -521,15 +522,18 @@ class ConnectorConformance(RaceCases, ReplayCases):
 
     @pytest.mark.parametrize("point", ALL_POINTS)
     def test_in_process_crash_matrix(self, workdir: str, point: str) -> None:
-        """Every crash point, simulated in process against the real destination."""
-        sink, _ = self.in_process_coordinator(workdir)
+        """Every crash point, simulated in process against the real destination, through
+        the class's route (a format's three calls too: ``replay_route``)."""
+        sink = self.sink_factory(workdir)
         plan = [[[1, 2], [3]], [[4], [5, 6]], [[7], [8]]]
         spark_committed: list[int] = []
         for faults in (FaultPlan(point, 1, simulate=True), None):
-            _, coord = self.in_process_coordinator(workdir, faults, sink=sink)
+            route = self.replay_route(workdir, Guarantee.EXACTLY_ONCE, sink, faults)
             with contextlib.suppress(InjectedCrash):  # the process died; restart it
-                run_uncommitted(coord, plan, spark_committed)
-        self.finish(workdir, sink, list(range(1, 9)))
+                run_uncommitted(route, plan, spark_committed)
+        self.recover_route(workdir, sink)
+        assert_exactly_once(self.visible_ids(workdir), list(range(1, 9)))
+        self.assert_no_leftovers(workdir)
 
     # -- a long run, compressed --------------------------------------------------------------
     soak_batches_default = 2000
@@ -824,8 +828,9 @@ class FormatConformance:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name in dir(cls):
-            if name.startswith("test_") and name not in FORMAT_CASES:
+        for name in dir(cls):  # a case the subclass names itself is kept
+            if (name.startswith("test_") and name not in FORMAT_CASES
+                    and name not in cls.__dict__):
                 setattr(cls, name, None)
 
     @pytest.mark.speculation

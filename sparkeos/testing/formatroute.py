@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.config import Guarantee
-from sparkeos.core.faults import FaultPlan
+from sparkeos.core.faults import FaultPlan, InjectedTaskFailure
 from sparkeos.core.formatbatch import BATCH_ID_PROPERTY, FormatQuery, run_task
 from sparkeos.core.spark import QUERY_ID_PROPERTY
 
@@ -65,8 +65,8 @@ class FormatRoute:
 
     def run_batch(self, batch_id: int, runner: ArrowRunner) -> Any:
         """Spark's calls for one batch: ``offsets/<N>``, the planning, a task per
-        partition (``runner.before_attempt`` may fail one for good: then ``abort``, and
-        the failure propagates), the commit."""
+        partition, retried up to ``runner.max_attempts`` (a task failing for good:
+        ``abort``, and the failure propagates), the commit."""
         with open(os.path.join(self.checkpoint, "offsets", str(batch_id)), "w") as fh:
             fh.write("v1\n{}\n")
         data = [self.rows(batch) for batch in runner.data]
@@ -76,14 +76,20 @@ class FormatRoute:
         props = {BATCH_ID_PROPERTY: str(batch_id), QUERY_ID_PROPERTY: QUERY_ID}
         results: list[dict[str, Any] | None] = []
         for partition, batch in enumerate(data):
-            try:
-                if runner.before_attempt is not None:
-                    runner.before_attempt(partition, 0)
-                results.append(run_task(planned, partition, 0, f"t{partition}",
-                                        iter([batch] if batch.num_rows else []), props.get))
-            except Exception:
-                self.query(schema).abort(batch_id, [*results, None])
-                raise
+            for attempt in range(runner.max_attempts):  # Spark retries a failed task
+                try:
+                    if runner.before_attempt is not None:
+                        runner.before_attempt(partition, attempt)
+                    results.append(run_task(planned, partition, attempt,
+                                            f"t{partition}a{attempt}",
+                                            iter([batch] if batch.num_rows else []),
+                                            props.get))
+                    break
+                except InjectedTaskFailure:
+                    if attempt + 1 < runner.max_attempts:
+                        continue
+                    self.query(schema).abort(batch_id, [*results, None])
+                    raise
         return self.query(schema).commit(batch_id, [r for r in results if r is not None],
                                          schema)
 

@@ -138,8 +138,11 @@ driver-kill cases 55 s -> 46 s on 2 cores). Not for benchmarks, which run long."
 
 
 def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 300.0,
-                    env: dict[str, str] | None = None, cwd: str | None = None) -> JobResult:
-    """Run the job in a child process (own process group, killed whole afterwards)."""
+                    env: dict[str, str] | None = None, cwd: str | None = None,
+                    barrier: str | None = None) -> JobResult:
+    """Run the job in a child process (own process group, killed whole afterwards).
+    ``barrier``: the fault's signal directory (``SPARKEOS_FAULT_DIR``), part of its plan,
+    so a process started ahead can take the run."""
     # Beside a local checkpoint, else beside the (always local) input.
     spec_path = (spec.checkpoint + ".spec.json" if "://" not in spec.checkpoint
                  else os.path.join(os.path.dirname(spec.input), f"job-{spec.mode}.spec.json"))
@@ -148,10 +151,11 @@ def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 30
     # (two cannot run at once): those runs start cold.
     settings = ahead.session_settings(spec) if env is None and not spec.connect else None
     return run_spec_process(JOB_MODULE, asdict(spec), spec_path, fault, timeout, env, cwd,
-                            ahead_settings=settings)
+                            ahead_settings=settings, barrier=barrier)
 
 
-def run_job(spec: JobSpec, fault: str | None = None, timeout: float = 300.0) -> JobResult:
+def run_job(spec: JobSpec, fault: str | None = None, timeout: float = 300.0,
+            barrier: str | None = None) -> JobResult:
     """Run the job: in a child process when a fault is planned (something will be
     killed), else in this process's warm Spark session when the spec allows it
     (``runs_warm``). Either way the run starts from durable state only (the checkpoint,
@@ -160,7 +164,7 @@ def run_job(spec: JobSpec, fault: str | None = None, timeout: float = 300.0) -> 
     batch (about 7 s here) per run."""
     if fault is None and runs_warm(spec):
         return run_in_session(spec, timeout)
-    return run_job_process(spec, fault, timeout)
+    return run_job_process(spec, fault, timeout, barrier=barrier)
 
 
 def runs_warm(spec: JobSpec) -> bool:
@@ -200,14 +204,14 @@ def run_warm(job: Callable[[Any], object]) -> JobResult:
 def _child_env(env: dict[str, str] | None, plan: dict[str, str]) -> dict[str, str]:
     """The environment of a job process: this one's, ``env``, and the fault ``plan``
     (variables by name) in place of any plan this process has."""
-    from sparkeos.core.faults import LATE_DIR_ENV, SOURCE_ENV
+    from sparkeos.core.faults import BARRIER_ENV, LATE_DIR_ENV, SOURCE_ENV
 
     child_env = {**os.environ, **(env or {})}
     # What the test process can import (a sink factory beside the tests), the job can.
     child_env["PYTHONPATH"] = os.pathsep.join(
         [p for p in sys.path if p] + [child_env["PYTHONPATH"]]
         if child_env.get("PYTHONPATH") else [p for p in sys.path if p])
-    for name in (ENV_VAR, SOURCE_ENV, LATE_DIR_ENV):
+    for name in (ENV_VAR, SOURCE_ENV, LATE_DIR_ENV, BARRIER_ENV):
         if name not in (env or {}):
             child_env.pop(name, None)
     child_env.update(plan)
@@ -225,7 +229,7 @@ def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
                      fault: str | None = None, timeout: float = 300.0,
                      env: dict[str, str] | None = None, cwd: str | None = None,
                      ahead_settings: dict[str, Any] | None = None,
-                     source_fault: str | None = None) -> JobResult:
+                     source_fault: str | None = None, barrier: str | None = None) -> JobResult:
     """Run ``python -m module spec.json`` with ``SPARKEOS_FAULT`` set to ``fault`` (and
     ``SPARKEOS_SOURCE_FAULT`` to ``source_fault``).
 
@@ -235,11 +239,11 @@ def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
     started ahead for them if there is one, and starts the next run's at once
     (``sparkeos.testing.ahead``).
     """
-    from sparkeos.core.faults import ENV_VAR, SOURCE_ENV
+    from sparkeos.core.faults import BARRIER_ENV, ENV_VAR, SOURCE_ENV
 
     _write_spec(spec, spec_path)
-    plan = {name: value for name, value in ((ENV_VAR, fault), (SOURCE_ENV, source_fault))
-            if value}
+    plan = {name: value for name, value in ((ENV_VAR, fault), (SOURCE_ENV, source_fault),
+                                            (BARRIER_ENV, barrier)) if value}
     proc = None
     if ahead_settings is not None:
         base_env = _child_env(env, {})

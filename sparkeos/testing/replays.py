@@ -30,7 +30,8 @@ from .formatroute import FormatRoute
 from .inprocess import ArrowRunner, id_batch
 
 REPLAY_RULE = (
-    "the replay rule (docs/writing-a-connector.md, 'Replays'; CHANGELOG 0.2.0): a "
+    "the replay rule (docs/writing-a-connector.md, 'Replays'; CHANGELOG.md, "
+    "'Connector contract'): a "
     "participant of a replay may write nothing only when what was committed for its "
     "(batch, partition) holds the same rows (core.fingerprint.Written); a marker alone "
     "says nothing about the rows of a replay partitioned otherwise")

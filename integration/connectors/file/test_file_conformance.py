@@ -18,6 +18,7 @@ from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
     CRASH_BATCH,
     FORMAT_SAMPLED_POINTS,
+    SAMPLED_DRIVER_POINTS,
     ClusterConformance,
     ConnectConformance,
     ConnectorConformance,
@@ -220,9 +221,13 @@ def test_a_connector_outside_the_package_reaches_the_executors(tmp_path: Any,
 
 
 class TestFileSinkFormat(FormatConformance, TestFileSinkParquet):
-    """The file sink through ``writeStream.format("sparkeos-parquet")``: every driver
-    kill point, the abort, task retries, at-least-once, a speculative copy winning on
-    the cluster."""
+    """The file sink through ``writeStream.format("sparkeos-parquet")``: every crash
+    point in process through the format's own calls (planning, tasks, commit), the
+    driver killed in real processes at one point of each kind, the abort, task retries,
+    at-least-once, a speculative copy winning on the cluster."""
+
+    test_in_process_crash_matrix = ConnectorConformance.test_in_process_crash_matrix
+    driver_kill_points = SAMPLED_DRIVER_POINTS
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-parquet", "options": {"path": self.output(workdir)}}

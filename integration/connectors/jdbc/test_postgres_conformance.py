@@ -11,6 +11,7 @@ from sparkeos.testing.conformance import (
     ClusterConformance,
     ConnectConformance,
     ConnectorConformance,
+    FormatConformance,
     InProcessConformance,
     SampledDriverKills,
     SampledFormatConformance,
@@ -95,10 +96,6 @@ class TestPostgresFormat(SampledFormatConformance, TestPostgresSinkConformance):
                             "sparkeos.createTable": "true",
                             "sparkeos.lockTimeoutSeconds": "3"}}
 
-    # The replay rule through the format (reproduced: 101 of 600 lost before it).
-    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = (
-        ConnectorConformance.test_at_least_once_task_killed_then_replayed_with_fewer_partitions)
-
 
 class TestPostgresUpsertConformance(InProcessConformance, TestPostgresSinkConformance):
     """``mode="upsert"`` commits differently (a stage table per attempt, applied with
@@ -113,3 +110,13 @@ class TestPostgresUpsertConformance(InProcessConformance, TestPostgresSinkConfor
     def sink_spec(self, workdir: str) -> dict[str, Any]:
         spec = super().sink_spec(workdir)
         return {**spec, "kwargs": {**spec["kwargs"], "mode": "upsert", "key": ["id"]}}
+
+
+class TestPostgresUpsertFormat(FormatConformance, TestPostgresUpsertConformance):
+    """``sparkeos.mode=upsert`` through ``sparkeos-postgres``: the replay cases, in
+    process through the format's own calls (its Spark jobs are the append mode's)."""
+
+    def format_spec(self, workdir: str) -> dict[str, Any]:
+        spec = TestPostgresFormat.format_spec(self, workdir)  # type: ignore[arg-type]
+        return {**spec, "options": {**spec["options"], "sparkeos.mode": "upsert",
+                                    "sparkeos.key": "id"}}

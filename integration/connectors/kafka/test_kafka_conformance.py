@@ -82,9 +82,6 @@ class TestKafkaFormat(SampledFormatConformance, TestKafkaSinkStaged):
         return pa.RecordBatch.from_pydict(
             {"value": [json.dumps(row, separators=(",", ":")) for row in batch.to_pylist()]})
 
-    # The replay rule through the format (reproduced: 101 of 600 lost before it).
-    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = (
-        ConnectorConformance.test_at_least_once_task_killed_then_replayed_with_fewer_partitions)
 
 
 class TestKafkaSinkDirect(AtLeastOnceConformance, TestKafkaSinkStaged):
