@@ -31,7 +31,6 @@ the staging of part files and the readers of committed output.
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
 import posixpath
 import re
@@ -55,17 +54,30 @@ from sparkeos.core.fsutil import (
     require_writable_dir,
 )
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.sparkjson import json_lines
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from .publish import publish
 
 STAGING_DIR = ".sparkeos-staging"
-FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
+FORMATS = {"jsonl": ".json", "parquet": ".parquet"}
+"""Each format's file extension, as Spark's own writer of that kind names its files
+(Spark's json writer writes JSON Lines under ``.json``; a downstream ``*.json`` glob
+finds both). Parquet files also carry the codec, as Spark's do (``.snappy.parquet``)."""
+PARQUET_CODEC_EXTENSIONS = {"snappy": ".snappy", "gzip": ".gz", "brotli": ".br",
+                            "zstd": ".zstd", "lz4": ".lz4raw", "none": ""}
+"""Parquet's own codec extensions (``CompressionCodecName``), which Spark puts in a
+file's name."""
+_CODEC_ALIASES = {"uncompressed": "none", "lz4_raw": "lz4"}
+"""Spark's names for Parquet codecs that pyarrow names otherwise."""
+_OLD_EXTENSIONS = (".jsonl",)
+"""What earlier versions named JSON Lines part files: still read, probed and listed."""
 # The column a JSON Lines batch reaches tasks in: one JSON object per row, made by
 # Spark's own JSON generator (what ``df.write.json`` writes), so no row is encoded in
 # Python.
 JSON_COLUMN = "_sparkeos_json"
-_PART = re.compile(r"^part-([^-]+)-(.+)-(\d{10})-(\d{5})(?:-[0-9a-f]{16})?\.(?:parquet|jsonl)$")
+_PART = re.compile(r"^part-([^-]+)-(.+)-(\d{10})-(\d{5})(?:-[0-9a-f]{16})?"
+                   r"(?:\.[a-z0-9]+)?\.(?:parquet|json|jsonl)$")
 CONTENT_DIGITS = 16
 """Hex digits of the rows' fingerprint in a part file's name."""
 
@@ -115,6 +127,12 @@ class FileSink(TransactionalSink[_Staged]):
                 f"unknown file format {self.format!r}",
                 fix=f"use one of: {', '.join(FORMATS)}",
             )
+        codec = self.compression.lower()
+        object.__setattr__(self, "compression", _CODEC_ALIASES.get(codec, codec))
+        if self.format == "parquet" and self.compression not in PARQUET_CODEC_EXTENSIONS:
+            raise ConfigurationError(
+                f"unknown Parquet compression {self.compression!r}",
+                fix=f"use one of: {', '.join(PARQUET_CODEC_EXTENSIONS)}")
 
     @property
     def files(self) -> Files:
@@ -135,6 +153,13 @@ class FileSink(TransactionalSink[_Staged]):
     def _root_path(self) -> str:
         root: str = self.__dict__["_root"]
         return root
+
+    @property
+    def extension(self) -> str:
+        """The part files' extension, as Spark's writer of the format names them."""
+        if self.format == "parquet":
+            return PARQUET_CODEC_EXTENSIONS[self.compression] + FORMATS["parquet"]
+        return FORMATS[self.format]
 
     def identity(self) -> dict[str, Any]:
         return {"path": self.directory, "format": self.format}
@@ -240,7 +265,7 @@ class FileSink(TransactionalSink[_Staged]):
             return TxnState.PREPARED
         if files.isdir(directory):
             return TxnState.OPEN
-        stem = self._final_name(txn)[:-len(FORMATS[self.format])]
+        stem = self._final_name(txn)[:-len(self.extension)]
         if any(name.startswith(stem) and _PART.match(name)
                for name in files.listdir(self._root_path)):
             return TxnState.COMMITTED
@@ -257,14 +282,14 @@ class FileSink(TransactionalSink[_Staged]):
         """The name the attempt stages its part file under."""
         # The sink name keeps two sinks of one query apart in a shared directory.
         return (f"part-{txn.query_key}-{txn.sink}-{txn.batch_id:010d}-{txn.partition:05d}"
-                f"{FORMATS[self.format]}")
+                f"{self.extension}")
 
     def _published_name(self, txn: Transaction, fingerprint: str) -> str:
         """The committed part file's name: it names the rows it holds, so a replay of
         (batch, partition) with other rows never takes an earlier run's file for its
         own (and one with the same rows finds it and writes nothing)."""
-        stem = self._final_name(txn)[:-len(FORMATS[self.format])]
-        return f"{stem}-{fingerprint[:CONTENT_DIGITS]}{FORMATS[self.format]}"
+        stem = self._final_name(txn)[:-len(self.extension)]
+        return f"{stem}-{fingerprint[:CONTENT_DIGITS]}{self.extension}"
 
     def _open_writer(self, handle: _Staged, schema: pa.Schema) -> Any:
         if not handle.local_dir:
@@ -279,7 +304,7 @@ class FileSink(TransactionalSink[_Staged]):
 
 def _json_lines(batch: pa.RecordBatch) -> Any:
     if batch.schema.names != [JSON_COLUMN]:
-        return _jsonl(batch)  # a runner without Spark: encode here
+        return json_lines(batch)  # the format route, a runner without Spark
     import pyarrow.compute as pc
 
     column = batch.column(0)
@@ -294,50 +319,6 @@ def _json_lines(batch: pa.RecordBatch) -> Any:
     start = int.from_bytes(offsets[first:first + width].to_pybytes(), "little")
     end = int.from_bytes(offsets[last:last + width].to_pybytes(), "little")
     return data[start:end]
-
-
-def _jsonl(batch: pa.RecordBatch) -> bytes:
-    frame = _iso_timestamps(batch).to_pandas()
-    buffer = io.StringIO()
-    frame.to_json(buffer, orient="records", lines=True, date_format="iso", date_unit="us")
-    text = buffer.getvalue()
-    if text and not text.endswith("\n"):
-        text += "\n"
-    return text.encode()
-
-
-def _iso_timestamps(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Top-level timestamp columns as ISO-8601 text, formatted by numpy.
-
-    The text is what pandas' ``to_json(date_format="iso", date_unit="us")`` writes
-    (``2026-01-02T03:04:05.000000``, in UTC with a ``Z`` suffix for zoned timestamps),
-    but pandas formats zoned timestamps one Python object at a time (~10x slower: most
-    of the JSON Lines write time) and segfaults on years before 1000. ``ns`` columns are
-    left to pandas (Spark sends ``us``).
-    """
-    columns = list(batch.columns)
-    changed = False
-    for i, field in enumerate(batch.schema):
-        if pa.types.is_timestamp(field.type) and field.type.unit != "ns":
-            columns[i] = _iso_text(columns[i])
-            changed = True
-    if not changed:
-        return batch
-    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
-
-
-def _iso_text(column: pa.Array) -> pa.Array:
-    import numpy as np
-    import pyarrow.compute as pc
-
-    kind = column.type
-    # The stored values are UTC (zoned) or wall-clock (naive) counts since the epoch.
-    micros = pc.fill_null(column.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64()), 0)
-    text = np.datetime_as_string(micros.to_numpy().view("datetime64[us]"), unit="us")
-    if kind.tz is not None:
-        text = np.char.add(text, "Z")
-    mask = column.is_null().to_numpy(zero_copy_only=False) if column.null_count else None
-    return pa.array(text, pa.string(), mask=mask)
 
 
 def staged_attempts(path: str, ranges: Sequence[AttemptRange]) -> list[str]:
@@ -358,11 +339,11 @@ def committed_files(path: str, format: str = "parquet") -> list[str]:
     """The committed part files of a FileSink directory (staging is never included):
     local paths, or full URIs on HDFS."""
     files, root = split_uri(path)
-    ext = FORMATS[format]
+    extensions = (FORMATS[format],) + (_OLD_EXTENSIONS if format == "jsonl" else ())
     return sorted(
         files.uri(posixpath.join(root, name))
         for name in files.listdir(root)
-        if name.startswith("part-") and name.endswith(ext)
+        if name.startswith("part-") and name.endswith(extensions)
     )
 
 

@@ -3,8 +3,10 @@ takes the options Spark's JDBC data source takes for PostgreSQL: ``url``
 (``jdbc:postgresql://host:port/database``, or a ``postgresql://`` URI), ``dbtable``,
 ``user``, ``password``. sparkeos' own: ``sparkeos.mode`` (``transactional`` or
 ``upsert``), ``sparkeos.key`` (comma-separated key columns, for upserts),
-``sparkeos.createTable``, ``sparkeos.markerTable``, ``sparkeos.lockTimeoutSeconds``,
-and the options every format shares (``core.streamformat``).
+``sparkeos.createTable`` (default ``true``: a missing table is created from the
+stream's schema, as Spark's JDBC writer does in append mode),
+``sparkeos.markerTable``, ``sparkeos.lockTimeoutSeconds``, and the options every format
+shares (``core.streamformat``).
 
 Upserts through the format: rows of one key must reach one task (two prepared
 transactions holding one row would wait for each other), so repartition the stream by
@@ -37,7 +39,7 @@ class PostgresFormat(SinkFormat):
             table=options.require("dbtable", '"orders"'),
             mode=options.get("sparkeos.mode") or "transactional",
             key=options.names("sparkeos.key"),
-            create_table=options.flag("sparkeos.createTable", False),
+            create_table=options.flag("sparkeos.createTable", True),
             marker_table=options.get("sparkeos.markerTable") or "sparkeos_markers",
             lock_timeout_s=options.number("sparkeos.lockTimeoutSeconds", 30.0))
 

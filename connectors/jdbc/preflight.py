@@ -19,6 +19,9 @@ from . import arrowpg, database, markers
 from .config import PostgresConfig
 from .errors import prepared_limit_error
 
+CREATE_TABLE_SETTINGS = ("PostgresSink(create_table=True), or the format option "
+                         "sparkeos.createTable=true (the formats' default)")
+
 # (dsn, table, ..., schema) -> when the check expires; validate runs before every batch on
 # the driver, and the catalog rarely changes under a running query.
 _VALIDATED: dict[tuple[Any, ...], float] = {}
@@ -73,10 +76,11 @@ def _validate_on(config: PostgresConfig, conn: Any, schema: pa.Schema,
         columns = _table_columns(config, conn, cur)
         if columns is None:
             if not config.create_table:
-                raise SchemaMismatchError(
-                    f"table {config.table} does not exist on {config.target}",
-                    fix="create it, or pass create_table=True to create it from the "
-                    "DataFrame's schema; nothing was written",
+                raise ConfigurationError(
+                    f"table {config.table} does not exist on {config.target}, and creating "
+                    "it is off",
+                    fix=f"create it, or let sparkeos create it from the DataFrame's schema: "
+                    f"{CREATE_TABLE_SETTINGS}; nothing was written",
                 )
             cur.execute(_create_table_sql(config, schema, names))
             log_event("postgres.table_created", table=config.table, target=config.target)

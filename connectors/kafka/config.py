@@ -27,6 +27,8 @@ from . import clients
 MODES = ("staged", "direct")
 STAGING_ENV = "SPARKEOS_KAFKA_STAGING_DIR"
 DEFAULT_MARKER_TOPIC = "sparkeos-markers"
+ANNOUNCE_SUFFIX = "-open"
+"""``<marker topic>-open``: where at-least-once transactions announce themselves."""
 DEFAULT_MARKER_GROUP_PREFIX = "sparkeos-marker."
 DIRECT_GUARANTEES = frozenset({Guarantee.AT_LEAST_ONCE, Guarantee.NONE})
 _SECRET_KEY = re.compile(r"password|secret|credential|token|private|\.pem$|ssl_key|"
@@ -124,12 +126,22 @@ class KafkaConfig:
 
     @property
     def announces_open(self) -> bool:
-        """Whether each transaction sends its progress record first, so a recovery
-        finds it on the marker topic if its writer dies with it open (``pool``): under
+        """Whether each transaction first announces itself on ``announce_topic``, so the
+        next run finds it there if its writer dies with it open (``pool``): under
         at-least-once, where nobody commits a dead run's participants again (direct mode
         always; a staged sink once ``for_guarantee`` chose at-least-once). Exactly-once
         recovery commits every decided participant again, which closes its ID."""
         return self.mode == "direct" or bool(self.__dict__.get("_announce_open"))
+
+    @property
+    def announce_topic(self) -> str:
+        """Where at-least-once transactions announce themselves: beside the marker topic,
+        never on it. A transaction its writer left open pins the last stable offset of
+        every partition it wrote until it is closed; on the marker topic that would hide
+        every other query's progress records from the ``read_committed`` reads of their
+        recoveries. Only ``pool`` reads this topic, from that offset on, with
+        ``read_uncommitted``."""
+        return self.marker_topic + ANNOUNCE_SUFFIX
 
     def transactional_id(self, txn: Transaction) -> str:
         """The participant's pooled ID: two per participant, shared by its attempts."""

@@ -31,7 +31,7 @@ def begin(config: KafkaConfig, txn: Transaction) -> tuple[Any, markers.Marker]:
     try:
         marker = markers.committed_marker(config, txn, PHASE1)
         producer.begin_transaction()
-        markers.open_progress(config, producer, txn)  # direct mode: at-least-once
+        markers.announce_open(config, producer, txn)  # direct mode: at-least-once
     except BaseException as exc:
         exc = underlying(producer, exc)
         producers.abort_quietly(producer, config.timeout_s)

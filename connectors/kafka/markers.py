@@ -138,18 +138,15 @@ def progress_marker(config: KafkaConfig, txn: Transaction, phase: str) -> Marker
     return last
 
 
-def open_progress(config: KafkaConfig, producer: Any, txn: Transaction,
-                  written: Written | None = None) -> None:
-    """The first record of a transaction just begun: the progress record of batch N
-    (with what is written, when that is known already), sent before anything else, so
-    the transaction holds the marker topic from its start and a recovery finds it there
-    if the writer dies with it open (``pool.close_open_transactions``)."""
+def announce_open(config: KafkaConfig, producer: Any, txn: Transaction) -> None:
+    """The first record of a transaction just begun, on ``config.announce_topic``: the
+    transaction holds that topic from its start, so the next run finds it there if the
+    writer dies with it open (``pool.close_open_transactions``)."""
     group = marker_group(config, txn)
-    value = {"batch": txn.batch_id, **(written.as_json() if written else {})}
-    producer.produce(config.marker_topic, json.dumps(value).encode(), group.encode(),
-                     partition=0)
+    producer.produce(config.announce_topic, json.dumps({"batch": txn.batch_id}).encode(),
+                     group.encode(), partition=0)
     if producer.flush(config.timeout_s):
-        raise RuntimeError(f"the progress record of {group} was not delivered within "
+        raise RuntimeError(f"the announcement of {group} was not delivered within "
                            f"{config.timeout_s} s")
 
 

@@ -11,12 +11,14 @@ bug, FLINK-40626): so before the first batch of a query run, ``close_open_transa
 finds every transaction of this (query, sink) still open, whatever the partition count of
 the run that left it, and initialises its ID.
 
-How they are found: under at-least-once every transaction of the sink sends its
-progress record to the marker topic first (``markers.open_progress``), so every open one
-holds a record on the marker topic's partition at or past its last stable offset.
-Reading that tail with ``read_uncommitted`` (usually empty: a few records) names the
-participants and slots (``batch % 2``) whose IDs to initialise. No scan of the sink's
+How they are found: under at-least-once every transaction of the sink first announces
+itself on the announcement topic (``<marker topic>-open``, ``markers.announce_open``), so
+every open one holds a record on that topic's partition at or past its last stable
+offset. Reading that tail with ``read_uncommitted`` (usually empty: a few records) names
+the participants and slots (``batch % 2``) whose IDs to initialise. No scan of the sink's
 output topics, no list of transactions from the broker (librdkafka has no such call).
+The announcements are not on the marker topic: there an open one would hide every other
+query's progress records from their recoveries' ``read_committed`` reads.
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ _PARALLEL = 8
 
 def close_open_transactions(config: KafkaConfig, query_key: str, sink: str) -> list[str]:
     """Initialise (abort and fence) the ID of every transaction of this (query, sink)
-    left open on the marker topic; returns the IDs."""
+    left open on the announcement topic; returns the IDs."""
     stem = markers.marker_stem(config, query_key, sink) + ".p"
     try:
         found = _participants_past_stable_offset(config, stem)
     except Exception as exc:
         raise translate(exc, sink=sink, txn=None, phase=DRIVER, bootstrap=config.bootstrap,
-                        action="reading the marker topic for transactions left open"
+                        action="reading the announcement topic for transactions left "
+                        "open"
                         ) from None
     pool = TransactionPool(query_key, sink)
     ids = sorted({config.transactional_id_prefix + pool.participant_id(p, batch % 2)
@@ -71,16 +74,19 @@ def _initialise(config: KafkaConfig, transactional_id: str) -> None:
 
 
 def _participants_past_stable_offset(config: KafkaConfig, stem: str) -> set[tuple[int, int]]:
-    """(partition, batch) of every progress record of ``stem`` on the marker topic's
+    """(partition, batch) of every announcement of ``stem`` on the announcement topic's
     partition from its last stable offset on: the transactions still open there, and
     any that ended after the first of them began."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    part = TopicPartition(config.marker_topic, 0)
+    part = TopicPartition(config.announce_topic, 0)
     common = {**clients.common_config(config.client_config()), "enable.auto.commit": False,
               "group.id": f"sparkeos-pool-{time.monotonic_ns()}"}
     committed = Consumer({**common, "isolation.level": "read_committed"})
     try:
+        if config.announce_topic not in committed.list_topics(
+                timeout=config.timeout_s).topics:
+            return set()  # nothing was ever announced on this cluster
         _low, stable = committed.get_watermark_offsets(part, timeout=config.timeout_s)
     finally:
         committed.close()
@@ -91,7 +97,7 @@ def _participants_past_stable_offset(config: KafkaConfig, stem: str) -> set[tupl
         _low, high = everything.get_watermark_offsets(part, timeout=config.timeout_s)
         if high <= stable:
             return found
-        everything.assign([TopicPartition(config.marker_topic, 0, stable)])
+        everything.assign([TopicPartition(config.announce_topic, 0, stable)])
         deadline = time.monotonic() + config.timeout_s
         while time.monotonic() < deadline:
             msg = everything.poll(0.2)
@@ -106,7 +112,7 @@ def _participants_past_stable_offset(config: KafkaConfig, stem: str) -> set[tupl
             if (msg.offset() or 0) + 1 >= high:
                 break
         else:
-            raise TimeoutError(f"{config.marker_topic}[0] not read up to offset {high} "
+            raise TimeoutError(f"{config.announce_topic}[0] not read up to offset {high} "
                                f"within {config.timeout_s} s")
     finally:
         everything.close()

@@ -42,6 +42,7 @@ each; two clusters may both have a topic of one name, or only one of them)."""
 def check_broker_once(config: KafkaConfig) -> None:
     """``check_broker`` unless this process already passed it for these settings."""
     key = clients.fingerprint({**config.client_config(), "#marker": config.marker_topic,
+                               "#announce": config.announces_open,
                                "#topic": config.topic, "#ttms": config.transaction_timeout_ms})
     with _validated_lock:
         if key in _validated:
@@ -72,6 +73,8 @@ def check_broker(config: KafkaConfig) -> None:
         _create_marker_topic(config, admin, len(metadata.brokers))
     else:
         _check_marker_topic(config, admin)
+    if config.announces_open and config.announce_topic not in metadata.topics:
+        _create_announce_topic(config, admin, len(metadata.brokers))
     if config.topic is not None and config.topic not in metadata.topics:
         require_topics(config, [config.topic])
 
@@ -178,6 +181,27 @@ def _create_marker_topic(config: KafkaConfig, admin: Any, brokers: int) -> None:
             f"--topic {config.marker_topic} --partitions 1 --config cleanup.policy=compact), "
             "or grant CREATE on it; never delete it while queries use it (the broker "
             "drops the markers of deleted topics)",
+        ) from None
+
+
+def _create_announce_topic(config: KafkaConfig, admin: Any, brokers: int) -> None:
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    topic = NewTopic(config.announce_topic, num_partitions=1,
+                     replication_factor=max(1, min(3, brokers)))
+    try:
+        admin.create_topics([topic], request_timeout=config.timeout_s)[
+            config.announce_topic].result(timeout=config.timeout_s)
+    except Exception as exc:
+        if "TOPIC_ALREADY_EXISTS" in str(exc):
+            return
+        raise ConfigurationError(
+            f"the announcement topic {config.announce_topic!r} (where at-least-once "
+            f"transactions announce themselves) does not exist and could not be created "
+            f"on {config.bootstrap} ({short(exc)})",
+            fix=f"create it once with 1 partition (kafka-topics.sh --create --topic "
+            f"{config.announce_topic} --partitions 1), or grant CREATE on it; nothing "
+            "was written",
         ) from None
 
 

@@ -73,7 +73,7 @@ def publish(config: KafkaConfig, txn: Transaction, receipt: Receipt, recovering:
             return
         producer.begin_transaction()
         if config.announces_open:
-            markers.open_progress(config, producer, txn, written)
+            markers.announce_open(config, producer, txn)
         if not _produce_staged(config, producer, txn, receipt, path):
             return
         commit_step("produced", txn)

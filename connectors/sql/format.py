@@ -6,7 +6,8 @@ local transaction.
   ``mysql+pymysql://user:pass@host/shop``...); a secret, never written to the commit log;
 * ``dbtable`` (required), as Spark's JDBC option;
 * ``sparkeos.key``: comma-separated columns to replace rows by (an upsert) instead of
-  appending; ``sparkeos.createTable``: create the table from the first batch's schema.
+  appending; ``sparkeos.createTable``: create a missing table from the stream's schema
+  (default ``true``, as Spark's JDBC writer does in append mode; ``false`` refuses it).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class SqlFormat(SinkFormat):
         return SqlTableSink(
             url=options.require("url", '"sqlite:////data/shop.db"'),
             table=options.require("dbtable", '"orders"'),
-            create_table=options.flag("sparkeos.createTable", False),
+            create_table=options.flag("sparkeos.createTable", True),
             key=options.names("sparkeos.key"))
 
 

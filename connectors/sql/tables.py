@@ -20,6 +20,9 @@ from sparkeos.core.errors import (
 from sparkeos.core.steps import commit_step
 from sparkeos.core.txpool import Transaction
 
+CREATE_TABLE_SETTINGS = ("SqlTableSink(create_table=True), or the format option "
+                         "sparkeos.createTable=true (the formats' default)")
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 TXN_COLUMN = "_sparkeos_txn"
@@ -112,8 +115,10 @@ class Tables:
         sa = self.sa
         if not sa.inspect(self.engine).has_table(self.name):
             if not create:
-                raise SchemaMismatchError(f"table {self.name} does not exist",
-                                          fix="create it, or pass create_table=True")
+                raise ConfigurationError(
+                    f"table {self.name} does not exist, and creating it is off",
+                    fix="create it, or let sparkeos create it from the DataFrame's schema: "
+                    f"{CREATE_TABLE_SETTINGS}; nothing was written")
             sa.Table(self.name, sa.MetaData(),
                      *[sa.Column(f.name, _sql_type(f.type)) for f in schema]
                      ).create(self.engine, checkfirst=True)

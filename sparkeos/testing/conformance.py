@@ -47,6 +47,7 @@ from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import ConfigurationError, DataLossError, TransactionAbortedError
 from sparkeos.core.faults import (
+    AFTER_FIRST_COMMIT_SIGNAL,
     ALL_POINTS,
     BARRIER_ENV,
     DRIVER_POINTS,
@@ -258,8 +259,11 @@ class ConnectorConformance(RaceCases, ReplayCases):
         assert failed.returncode != 0, failed.tail()
         assert "Python worker exited unexpectedly" in failed.stderr or "crashed" in (
             failed.stderr), f"the task was not killed:\n{failed.tail()}"
-        committed = set(self.visible_ids(workdir)) & set(self.ids_of_batches(CRASH_BATCH + 1))
-        assert committed - set(self.ids_of_batches(CRASH_BATCH)), (
+        # Partition 0's task signals once it committed. (Its rows need not be visible
+        # yet: on Kafka the dead attempt's open transaction hides what was committed
+        # after its first record from read_committed readers, until the restart closes
+        # it.)
+        assert os.path.exists(os.path.join(barrier, AFTER_FIRST_COMMIT_SIGNAL)), (
             "partition 0 of the killed batch committed nothing before partition 1 died")
         self.run_to_completion(dataclasses.replace(spec, partitions=1), restarts=1)
         visible = self.visible_ids(workdir)

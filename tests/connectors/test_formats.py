@@ -86,3 +86,24 @@ def test_sql_takes_a_sqlalchemy_url_and_a_table() -> None:
     assert (made.table, made.create_table, made.key) == ("orders", True, None)
     with pytest.raises(ConfigurationError, match="needs the option 'dbtable'"):
         sink(SqlFormat, {"url": "sqlite:////tmp/shop.db"}, "id")
+
+
+def test_the_sql_formats_create_a_missing_table_as_sparks_jdbc_writer_does(
+        tmp_path: Any) -> None:
+    """Spark's jdbc writer creates a missing table in append mode; so do the formats,
+    unless ``sparkeos.createTable=false``: then a missing table is a configuration error
+    naming that option (the check runs before anything is written)."""
+    postgres = {"url": "jdbc:postgresql://db:5432/shop", "dbtable": "orders"}
+    assert sink(PostgresFormat, postgres, "id").create_table is True
+    assert sink(PostgresFormat, {**postgres, "sparkeos.createTable": "false"},
+                "id").create_table is False
+    url = f"sqlite:///{tmp_path}/shop.db"
+    made = sink(SqlFormat, {"url": url, "dbtable": "orders"}, "id")
+    assert made.create_table is True
+    made.validate(schema("id"))
+    refusing = sink(SqlFormat, {"url": url, "dbtable": "other",
+                                "sparkeos.createTable": "false"}, "id")
+    with pytest.raises(ConfigurationError, match="does not exist") as refused:
+        refusing.validate(schema("id"))
+    assert not isinstance(refused.value, SchemaMismatchError)
+    assert "sparkeos.createTable=true" in str(refused.value)

@@ -237,8 +237,9 @@ def test_schema_mismatch_is_refused_before_any_write(pg_server, names, admin):
         assert cur.fetchone()[0] is None  # nothing created either
 
     missing = sink_for(pg_server, names, table=names.table + "_nope", create_table=False)
-    with pytest.raises(SchemaMismatchError, match="does not exist"):
+    with pytest.raises(ConfigurationError, match="does not exist") as refused:
         missing.validate(id_batch([1]).schema)
+    assert "sparkeos.createTable=true" in str(refused.value)  # names the setting
 
 
 def test_text_into_a_typed_column_is_refused_up_front(pg_server, names, admin):

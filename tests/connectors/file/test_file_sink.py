@@ -16,8 +16,8 @@ from sparkeos.testing.inprocess import ID_SCHEMA, id_batch
 POOL = TransactionPool("q0", "files")
 
 
-def ids(path: str) -> list[int]:
-    table = read_output(path)
+def ids(path: str, fmt: str = "parquet") -> list[int]:
+    table = read_output(path, fmt)
     return sorted(table.column("id").to_pylist()) if table.num_rows else []
 
 
@@ -39,6 +39,30 @@ def test_prepare_is_invisible_commit_is_idempotent(tmp_path, fmt):
     table = read_output(str(tmp_path), fmt)
     assert sorted(table.column("id").to_pylist()) == [1, 2, 3]
     assert [n for n in os.listdir(tmp_path / STAGING_DIR) if not n.startswith(".")] == []
+
+
+@pytest.mark.parametrize(("fmt", "compression", "extension"), [
+    ("parquet", "snappy", ".snappy.parquet"), ("parquet", "UNCOMPRESSED", ".parquet"),
+    ("parquet", "zstd", ".zstd.parquet"), ("jsonl", "snappy", ".json")])
+def test_part_files_are_named_as_sparks_writer_names_them(tmp_path, fmt, compression,
+                                                          extension):
+    """A downstream ``*.json`` / ``*.snappy.parquet`` glob finds the part files, as it
+    finds Spark's own; JSON Lines files of an earlier version (``.jsonl``) are still
+    listed, read and recognised as committed."""
+    sink = FileSink(str(tmp_path), format=fmt, compression=compression)
+    sink.validate(ID_SCHEMA)
+    txn = POOL.transaction(0, 0, 0, 0)
+    handle = sink.begin(txn)
+    sink.write(handle, id_batch([1]))
+    sink.commit(txn, sink.prepare(handle))
+    [committed] = committed_files(str(tmp_path), fmt)
+    assert committed.endswith(extension) and not committed.endswith("." + extension)
+    if fmt == "jsonl":
+        older = POOL.transaction(1, 0, 0, 0)
+        name = os.path.basename(committed).replace("0000000000", "0000000001")
+        os.rename(committed, tmp_path / name.replace(".json", ".jsonl"))
+        assert sink.probe(older) is TxnState.COMMITTED
+        assert ids(str(tmp_path), fmt) == [1]
 
 
 def test_rollback_touches_one_attempt_and_sweep_the_rest(tmp_path):
