@@ -16,19 +16,18 @@ Formats (``key_format`` / ``value_format``):
 ``string``
     any column cast to string by Arrow, then UTF-8.
 ``json``
-    each value JSON-encoded (``null`` stays a Kafka null, not the text ``null``).
+    each value JSON-encoded as Spark's ``to_json`` writes it (``core/sparkjson.py``;
+    ``null`` stays a Kafka null, not the text ``null``).
 ``None`` (auto)
     ``bytes`` for binary and string columns, ``json`` for everything else.
 
 Without ``value_column`` the value is the whole row as a JSON object (every column
-except the topic and headers columns), e.g. ``{"id": 7, "payload": "row-7"}``.
+except the topic and headers columns), as Spark's ``to_json(struct(*))`` writes it:
+``{"id":7,"payload":"row-7"}``, null fields left out.
 """
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import ConfigurationError, SchemaMismatchError
+from .sparkjson import json_objects, json_values
 
 FORMATS = ("bytes", "string", "json")
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -45,19 +45,6 @@ Record = tuple[str | None, bytes | None, bytes | None, list[tuple[str, bytes | N
 """(topic or None for the default topic, value, key, headers or None)."""
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", "backslashreplace")
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    return str(value)
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default)
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -193,10 +180,7 @@ class RecordLayout:
     def _row_json(self, batch: pa.RecordBatch) -> pa.Array:
         skip = {self.topic_column, self.headers_column}
         names = [name for name in batch.schema.names if name not in skip]
-        projected = batch.select(names)
-        encode = _ENCODER.encode
-        out = [encode(row).encode() for row in projected.to_pylist()]
-        return pa.array(out, pa.binary())
+        return json_objects(batch.select(names)).cast(pa.binary())
 
 
 def pc_can_cast_to_string(t: pa.DataType) -> bool:
@@ -232,9 +216,7 @@ def _encode(column: pa.Array | pa.ChunkedArray, fmt: str | None) -> pa.Array:
         if not _is_text(t):
             column = column.cast(pa.string())
         return column.cast(pa.binary())
-    encode = _ENCODER.encode
-    return pa.array([None if v is None else encode(v).encode() for v in column.to_pylist()],
-                    pa.binary())
+    return json_values(column).cast(pa.binary())
 
 
 def _headers(column: pa.Array | pa.ChunkedArray) -> pa.Array:

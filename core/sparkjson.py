@@ -37,8 +37,6 @@ import pyarrow.compute as pc
 _NULL_TEXT = pa.scalar("null", pa.string())
 _JACKSON_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 _CONTROL = "[\x00-\x1f]"
-_GAP = "\x01"
-"""Never in encoded JSON as it is: control characters are escaped in strings."""
 _ARROW_NUMBER = r"^(?P<sign>-?)(?P<whole>\d+)(?:\.(?P<fraction>\d+))?(?:e\+?(?P<exp>-?\d+))?$"
 """How Arrow prints a finite float: ``-0.00001``, ``1.5e-7``, ``1e+20``."""
 
@@ -52,6 +50,13 @@ def json_lines(batch: pa.RecordBatch | pa.Table) -> bytes:
     objects = _objects(batch.schema.names, columns, batch.num_rows)
     lines = pc.binary_join_element_wise(objects, pa.scalar("\n"), pa.scalar(""))
     return _concatenated(lines)
+
+
+def json_objects(batch: pa.RecordBatch | pa.Table) -> pa.Array:
+    """Each row as one JSON object (a string array), as Spark's ``to_json(struct(*))``
+    writes it."""
+    columns = [_combined(batch.column(i)) for i in range(batch.num_columns)]
+    return _objects(batch.schema.names, columns, batch.num_rows)
 
 
 def json_values(array: pa.Array) -> pa.Array:
@@ -75,21 +80,19 @@ def _plain(array: pa.Array) -> pa.Array:
 
 def _objects(names: list[str], columns: list[pa.Array], rows: int) -> pa.Array:
     """``{"a":1,"b":"x"}`` per row from each field's values; null fields left out."""
-    members = []
-    for name, column in zip(names, columns, strict=True):
-        values = _values(_plain(column))
-        members.append(pc.binary_join_element_wise(
-            pa.scalar(_quoted(name) + ":"), values, pa.scalar("")))  # null stays null
-    if not members:
+    if not columns:
         return pa.array(["{}"] * rows, pa.string())
-    # Null members are left out. (Arrow's null_handling="skip" drops rows whose members
-    # are all null, so: join on a character JSON text never holds raw, then squeeze.)
-    body = pc.binary_join_element_wise(*members, pa.scalar(_GAP), null_handling="replace",
+    # Each member carries a trailing comma (null stays null, and is joined as ""); the
+    # last comma is trimmed: no JSON value ends in one. (Arrow's null_handling="skip"
+    # drops the rows whose members are all null.)
+    members = [pc.binary_join_element_wise(pa.scalar(_quoted(name) + ":"),
+                                           _values(_plain(column)), pa.scalar(","),
+                                           pa.scalar(""))
+               for name, column in zip(names, columns, strict=True)]
+    body = pc.binary_join_element_wise(*members, pa.scalar(""), null_handling="replace",
                                        null_replacement="")
-    body = pc.utf8_trim(pc.replace_substring_regex(body, _GAP + "+", _GAP), _GAP)
-    body = pc.replace_substring(body, _GAP, ",")
-    return pc.binary_join_element_wise(pa.scalar("{"), body, pa.scalar("}"),
-                                       pa.scalar(""))
+    return pc.binary_join_element_wise(pa.scalar("{"), pc.utf8_rtrim(body, ","),
+                                       pa.scalar("}"), pa.scalar(""))
 
 
 def _values(array: pa.Array) -> pa.Array:

@@ -211,6 +211,8 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
 
     def _make(self, schema: pa.Schema) -> tuple[TransactionalSink[Any], FormatSettings]:
         options = Options(self.options, self.format_name)
+        # Spark 4.3 never passes .partitionBy(...) to a Python sink (docs/formats.md);
+        # should a later Spark pass it as its V1 sources get it, it is refused.
         columns = options.get(_PARTITION_COLUMNS)
         if columns not in (None, "", "[]"):
             raise ConfigurationError(

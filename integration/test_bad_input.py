@@ -77,8 +77,10 @@ CASES = [
     Case("pg-auth-failure", "DSN user unknown or password wrong", ConfigurationError,
          "refused the connection", "user or password",
          "fix the user/password, or pg_hba.conf"),
-    Case("pg-missing-table", "the table does not exist", SchemaMismatchError,
-         "does not exist", "create_table=True", "create it, or `create_table=True`"),
+    Case("pg-missing-table", "the table does not exist (creation off)", ConfigurationError,
+         "does not exist", "create_table=True",
+         "create it, or `create_table=True` (formats: `sparkeos.createTable`, on by "
+         "default)"),
     Case("pg-type-mismatch", "a DataFrame column does not fit the table's type",
          SchemaMismatchError, "does not fit column type", "cast",
          "cast the column in the DataFrame, or alter the table"),

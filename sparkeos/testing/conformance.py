@@ -625,12 +625,14 @@ def _attempt_quietly(fn: Callable[[], Any]) -> None:
 
 
 CONNECT_CASES = frozenset({"test_end_to_end_several_batches", "test_driver_crash_then_restart"})
-SAMPLED_DRIVER_POINTS = ("after_all_prepared", "kill_driver_after_first_prepare",
-                         "after_decided", "after_first_commit")
-"""A kill before the decision, one from a task, one between the decision and the
+SAMPLED_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided",
+                         "after_first_commit")
+"""A kill before the decision (from a task in phase 1), one between the decision and the
 commits and one among the commits: each way a job can die. Variants of a suite that
 change where the job runs or stores its state (Spark Connect, HDFS) run these; the
-protocol code is the same, and the plain suite runs every point."""
+protocol code is the same, the in-process crash matrix runs every point against each
+connector's destination, and the file sink's plain suite every point in real
+processes."""
 
 
 class ClusterConformance:
@@ -728,12 +730,12 @@ SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_tra
 
 class SampledDriverKills:
     """Put first in the bases of a connector's conformance class to kill the driver in
-    real processes at one point of each kind (before the decision, from a task, between
-    the decision and the commits, among the commits) instead of all seven. The
+    real processes at one point of each kind (before the decision from a task in phase 1,
+    between the decision and the commits, among the commits) instead of all eight. The
     in-process crash matrix still runs every point against the connector's real
-    destination; the points left out (``after_begun``, ``after_all_commits``,
-    ``after_finished``) exercise the protocol's code, not the connector's, and the file
-    sink's suite runs them in real processes.
+    destination; the points left out (``after_begun``, ``after_all_prepared``,
+    ``after_all_commits``, ``after_finished``) exercise the protocol's code, not the
+    connector's, and the file sink's suite runs them in real processes.
 
     It samples the other Spark cases the same way: a task retried after it prepared
     (the retry meets the dead attempt's prepared state; a retry before prepare is in

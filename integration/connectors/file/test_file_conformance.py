@@ -18,7 +18,6 @@ from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
     CRASH_BATCH,
     FORMAT_SAMPLED_POINTS,
-    SAMPLED_DRIVER_POINTS,
     ClusterConformance,
     ConnectConformance,
     ConnectorConformance,
@@ -27,6 +26,11 @@ from sparkeos.testing.conformance import (
     assert_exactly_once,
 )
 from sparkeos.testing.job import JobSpec, run_job, run_job_process, write_input
+
+FORMAT_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided",
+                        "after_first_commit")
+"""The format's real-process kills: from a task in phase 1, between the decision and the
+commits, among the commits (every point runs in process through the format's calls)."""
 
 
 class TestFileSinkParquet(ConnectorConformance):
@@ -56,7 +60,11 @@ class TestFileSinkParquet(ConnectorConformance):
 
 
 class TestFileSinkConnect(ConnectConformance, TestFileSinkParquet):
-    """The file sink through Spark Connect: end to end, and the driver killed."""
+    """The file sink through Spark Connect: end to end, and the driver killed from a
+    task in phase 1 and among the commits of phase 2 (the session type changes where
+    the driver runs, not the protocol: the plain suite kills at every point)."""
+
+    driver_kill_points = FORMAT_SAMPLED_POINTS
 
 
 @pytest.mark.chaos
@@ -227,7 +235,9 @@ class TestFileSinkFormat(FormatConformance, TestFileSinkParquet):
     at-least-once, a speculative copy winning on the cluster."""
 
     test_in_process_crash_matrix = ConnectorConformance.test_in_process_crash_matrix
-    driver_kill_points = SAMPLED_DRIVER_POINTS
+    # Every point runs in process through the format's own calls; in real processes a
+    # kill from a task, one between the decision and the commits, one among the commits.
+    driver_kill_points = FORMAT_DRIVER_POINTS
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-parquet", "options": {"path": self.output(workdir)}}
@@ -252,7 +262,8 @@ class TestFileSinkFormatS3(FormatConformance, TestFileSinkS3):
 
 class TestFileSinkFormatConnect(ConnectConformance, TestFileSinkFormat):
     """The format through Spark Connect (registered from the client; the writer runs
-    in the server's Python workers): end to end, and the driver killed in phase 1 and
-    in phase 2 (every point runs in classic mode above)."""
+    in the server's Python workers): end to end, and the driver killed among the commits
+    of phase 2, where the commit runs in the server (a kill in phase 1 is the foreachBatch
+    Connect suite's; every point runs in classic mode above)."""
 
-    driver_kill_points = FORMAT_SAMPLED_POINTS
+    driver_kill_points = ("after_first_commit",)

@@ -159,8 +159,7 @@ def test_stomp_to_file_exactly_once(artemis_url: str, local_artemis: bool,
 
 
 SOURCE_KILLS = ("source_after_spool@2", "source_before_ack@1", "source_after_ack@1")
-SINK_KILLS = ("after_decided", "kill_driver_after_first_prepare", "after_finished",
-              "after_all_prepared")
+SINK_KILLS = ("after_decided", "kill_driver_after_first_prepare")
 """The sink's points at whatever batch a run reaches first: the runs before have taken
 the queue's first batches, so a point named with a fixed batch could never fire."""
 
@@ -168,12 +167,14 @@ the queue's first batches, so a point named with a fixed batch could never fire.
 @pytest.mark.chaos
 def test_stomp_to_file_survives_kills_at_every_point(artemis_url: str, local_artemis: bool,
                                                      tmp_path: Any) -> None:
-    """The job killed at each source point and each sink point in turn (every kill must
-    happen), then run to the end: every message once, the queue drained, no spool left.
+    """The job killed at each source point and at a sink point before and after the
+    decision (every kill must happen; the sink's other points are the sink's, proven by
+    its own suite), then run to the end: every message once, the queue drained, no
+    spool left.
     On Artemis; on ActiveMQ Classic the kill between the commit and the acknowledgement
     (``test_redelivery_after_commit_before_ack_is_dropped``) is what differs."""
     broker = Broker("artemis", artemis_url, local_artemis)
-    # Batches of 20: ten of them, more than the seven kills take.
+    # Batches of 20: ten of them, more than the five kills take.
     spec = make_spec(broker, str(tmp_path), max_batch_messages=20)
     publish(broker, spec.input_queue, list(range(MESSAGES)))
     for kill in SOURCE_KILLS + SINK_KILLS:
@@ -200,7 +201,7 @@ def test_stomp_to_file_survives_random_kills(artemis_url: str, local_artemis: bo
         [f"source_after_ack@{n}" for n in (1, 2)] + \
         [f"{p}@{b}" for p in (*DRIVER_POINTS, "kill_driver_after_first_prepare")
          for b in (0, 1, 2)]
-    for kill in rng.sample(points, 3):
+    for kill in rng.sample(points, 2):
         if kill.startswith("source_"):
             run_stomp_job(spec, source_fault=kill)
         else:
@@ -219,8 +220,7 @@ def test_stomp_to_postgres_survives_kills(artemis_url: str, local_artemis: bool,
     spec = make_spec(broker, str(tmp_path), sink="postgres")
     spec.output, spec.pg_dsn = names.table, pg_server.dsn
     publish(broker, spec.input_queue, list(range(MESSAGES)))
-    for kill in ("source_after_ack@1", "after_decided@1", "after_first_commit@2",
-                 "source_after_spool@2"):
+    for kill in ("source_after_ack@1", "after_decided@1", "after_first_commit@2"):
         fault, source_fault = (None, kill) if kill.startswith("source_") else (kill, None)
         run_until_crash(spec, fault, source_fault)
     drain_job(spec, broker)
