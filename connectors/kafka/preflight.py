@@ -163,46 +163,42 @@ def _broker_config(config: KafkaConfig, admin: Any, metadata: Any) -> dict[str, 
 
 
 def _create_marker_topic(config: KafkaConfig, admin: Any, brokers: int) -> None:
-    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
-
-    topic = NewTopic(config.marker_topic, num_partitions=1,
-                     replication_factor=max(1, min(3, brokers)),
-                     config=dict(MARKER_TOPIC_CONFIG))
-    try:
-        admin.create_topics([topic], request_timeout=config.timeout_s)[
-            config.marker_topic].result(timeout=config.timeout_s)
-    except Exception as exc:
-        if "TOPIC_ALREADY_EXISTS" in str(exc):
-            return
-        raise ConfigurationError(
-            f"the marker topic {config.marker_topic!r} does not exist and could not be "
-            f"created on {config.bootstrap} ({short(exc)})",
-            fix=f"create it once with 1 partition, compacted (kafka-topics.sh --create "
-            f"--topic {config.marker_topic} --partitions 1 --config cleanup.policy=compact), "
-            "or grant CREATE on it; never delete it while queries use it (the broker "
-            "drops the markers of deleted topics)",
-        ) from None
+    _create_topic(
+        config, admin, brokers, config.marker_topic, dict(MARKER_TOPIC_CONFIG),
+        what=f"the marker topic {config.marker_topic!r}",
+        fix=f"create it once with 1 partition, compacted (kafka-topics.sh --create "
+        f"--topic {config.marker_topic} --partitions 1 --config cleanup.policy=compact), "
+        "or grant CREATE on it; never delete it while queries use it (the broker "
+        "drops the markers of deleted topics)")
 
 
 def _create_announce_topic(config: KafkaConfig, admin: Any, brokers: int) -> None:
+    _create_topic(
+        config, admin, brokers, config.announce_topic, {},
+        what=f"the announcement topic {config.announce_topic!r} (where at-least-once "
+        "transactions announce themselves)",
+        fix=f"create it once with 1 partition (kafka-topics.sh --create --topic "
+        f"{config.announce_topic} --partitions 1), or grant CREATE on it; nothing "
+        "was written")
+
+
+def _create_topic(config: KafkaConfig, admin: Any, brokers: int, name: str,
+                  settings: dict[str, str], what: str, fix: str) -> None:
+    """One partition, replicated up to 3 times; a topic another process just made is
+    fine."""
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-    topic = NewTopic(config.announce_topic, num_partitions=1,
-                     replication_factor=max(1, min(3, brokers)))
+    topic = NewTopic(name, num_partitions=1, replication_factor=max(1, min(3, brokers)),
+                     config=settings)
     try:
-        admin.create_topics([topic], request_timeout=config.timeout_s)[
-            config.announce_topic].result(timeout=config.timeout_s)
+        admin.create_topics([topic], request_timeout=config.timeout_s)[name].result(
+            timeout=config.timeout_s)
     except Exception as exc:
         if "TOPIC_ALREADY_EXISTS" in str(exc):
             return
         raise ConfigurationError(
-            f"the announcement topic {config.announce_topic!r} (where at-least-once "
-            f"transactions announce themselves) does not exist and could not be created "
-            f"on {config.bootstrap} ({short(exc)})",
-            fix=f"create it once with 1 partition (kafka-topics.sh --create --topic "
-            f"{config.announce_topic} --partitions 1), or grant CREATE on it; nothing "
-            "was written",
-        ) from None
+            f"{what} does not exist and could not be created on {config.bootstrap} "
+            f"({short(exc)})", fix=fix) from None
 
 
 def _check_marker_topic(config: KafkaConfig, admin: Any) -> None:
