@@ -202,7 +202,8 @@ def _timestamp(array: pa.Array) -> pa.Array:
     import numpy as np
 
     t = array.type
-    micros = pc.fill_null(array.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64()), 0)
+    micros = pc.fill_null(pc.cast(array, pa.timestamp("us", tz=t.tz), safe=False)
+                          .cast(pa.int64()), 0)  # ns: Spark sends us; SSS keeps ms
     utc_millis = np.floor_divide(micros.to_numpy(), 1000)  # floor: 1969 keeps .999
     if t.tz is None:
         local = utc_millis
