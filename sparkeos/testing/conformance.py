@@ -741,9 +741,15 @@ class SampledDriverKills:
     (the retry meets the dead attempt's prepared state; a retry before prepare is in
     the in-process matrix), and speculation on the cluster with the copy winning (the
     original then prepares as a zombie after the decision; both orders run in process
-    against the destination, and the file sink's suite runs both on the cluster)."""
+    against the destination, and the file sink's suite runs both on the cluster).
+
+    The kills end without the extra run whose task fails with no retries left: that
+    abort is Spark's and the protocol's, proven through Spark by the file sink's suites;
+    the connector's rollback of a failed task's prepared work runs in its in-process
+    matrix (``task_fail_after_prepare``)."""
 
     driver_kill_points = SAMPLED_DRIVER_POINTS
+    abort_after_kills = False
 
     test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
     test_recover_refuses_beside_a_long_batch = None  # the route's lease: the file sink's
@@ -859,6 +865,7 @@ class SampledFormatConformance(FormatConformance):
     the route's own code, the same for every sink."""
 
     driver_kill_points = FORMAT_SAMPLED_POINTS
+    abort_after_kills = False  # the route's abort(): the file format's suite proves it
     test_task_retry_reuses_the_transaction_id = None
     test_recover_refuses_beside_a_long_batch = None
     test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
