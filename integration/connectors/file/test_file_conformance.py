@@ -62,9 +62,11 @@ class TestFileSinkParquet(ConnectorConformance):
 class TestFileSinkConnect(ConnectConformance, TestFileSinkParquet):
     """The file sink through Spark Connect: end to end, and the driver killed from a
     task in phase 1 and among the commits of phase 2 (the session type changes where
-    the driver runs, not the protocol: the plain suite kills at every point)."""
+    the driver runs, not the protocol: the plain suite kills at every point). The kills'
+    last restart runs the query to the end through Connect: its end to end."""
 
     driver_kill_points = FORMAT_SAMPLED_POINTS
+    test_end_to_end_several_batches = None
 
 
 @pytest.mark.chaos
@@ -264,6 +266,8 @@ class TestFileSinkFormatConnect(ConnectConformance, TestFileSinkFormat):
     """The format through Spark Connect (registered from the client; the writer runs
     in the server's Python workers): end to end, and the driver killed among the commits
     of phase 2, where the commit runs in the server (a kill in phase 1 is the foreachBatch
-    Connect suite's; every point runs in classic mode above)."""
+    Connect suite's; every point runs in classic mode above). The kill's restart runs
+    the query to the end through Connect: its end to end."""
 
     driver_kill_points = ("after_first_commit",)
+    test_end_to_end_several_batches = None
