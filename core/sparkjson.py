@@ -44,12 +44,22 @@ _ARROW_NUMBER = r"^(?P<sign>-?)(?P<whole>\d+)(?:\.(?P<fraction>\d+))?(?:e\+?(?P<
 def json_lines(batch: pa.RecordBatch | pa.Table) -> bytes:
     """One JSON object per row, each followed by ``\\n``, as Spark's json writer
     writes the rows into a part file."""
-    if batch.num_rows == 0:
-        return b""
-    columns = [_combined(batch.column(i)) for i in range(batch.num_columns)]
-    objects = _objects(batch.schema.names, columns, batch.num_rows)
-    lines = pc.binary_join_element_wise(objects, pa.scalar("\n"), pa.scalar(""))
-    return _concatenated(lines)
+    return bytes(lines_of(json_objects(batch)).to_pybytes())
+
+
+def lines_of(texts: pa.Array) -> pa.Buffer:
+    """Each text value followed by ``\\n``, back to back: the array's data buffer,
+    without a copy (what a writer of JSON Lines writes)."""
+    empty, newline = pa.scalar("", texts.type), pa.scalar("\n", texts.type)
+    lines = pc.binary_join_element_wise(texts, empty, newline)
+    if len(lines) == 0:
+        return pa.py_buffer(b"")
+    width = 8 if pa.types.is_large_string(lines.type) else 4
+    _validity, offsets, data = lines.buffers()
+    first, last = lines.offset * width, (lines.offset + len(lines)) * width
+    start = int.from_bytes(offsets[first:first + width].to_pybytes(), "little")
+    stop = int.from_bytes(offsets[last:last + width].to_pybytes(), "little")
+    return data[start:stop]
 
 
 def json_objects(batch: pa.RecordBatch | pa.Table) -> pa.Array:
@@ -135,9 +145,11 @@ def _floating(array: pa.Array) -> pa.Array:
     point = pc.add(pc.cast(pc.utf8_length(whole), pa.int64()), exponent)
     sci = pc.subtract(pc.subtract(point, pc.cast(leading, pa.int64())), 1)
     is_zero = pc.equal(pc.utf8_length(digits), 0)
-    out = _scientific(digits, sci)
-    present = set(pc.unique(sci).to_pylist())
-    for e in range(-3, 7):  # Java's plain range, one exponent at a time (scalar slices)
+    present = set(pc.unique(sci).to_pylist()) - {None}  # None: NaN, infinities, nulls
+    plain = range(-3, 7)  # Java's plain range
+    out = (_scientific(digits, sci) if present - set(plain)
+           else pa.nulls(len(digits), pa.string()))
+    for e in plain:  # one exponent at a time (scalar slices)
         if e in present:
             out = pc.if_else(pc.equal(sci, e), _plain_at(digits, e), out)
     out = pc.if_else(is_zero, pa.scalar("0.0"), out)
@@ -295,15 +307,6 @@ def _quoted(name: str) -> str:
     """A field name as Jackson writes it (its escapes; ``json.dumps`` would write
     control characters with lowercase hex digits)."""
     return str(_string(pa.array([name], pa.string()))[0].as_py())
-
-
-def _concatenated(lines: pa.Array) -> bytes:
-    width = 8 if pa.types.is_large_string(lines.type) else 4
-    _validity, offsets, data = lines.buffers()
-    first, last = lines.offset * width, (lines.offset + len(lines)) * width
-    start = int.from_bytes(offsets[first:first + width].to_pybytes(), "little")
-    stop = int.from_bytes(offsets[last:last + width].to_pybytes(), "little")
-    return bytes(data[start:stop].to_pybytes())
 
 
 _ENCODERS: list[tuple[Callable[[pa.DataType], bool], Callable[[pa.Array], pa.Array]]] = [

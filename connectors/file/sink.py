@@ -54,7 +54,7 @@ from sparkeos.core.fsutil import (
     require_writable_dir,
 )
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
-from sparkeos.core.sparkjson import json_lines
+from sparkeos.core.sparkjson import json_objects, lines_of
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from .publish import publish
@@ -302,23 +302,10 @@ class FileSink(TransactionalSink[_Staged]):
         return open(target, "wb")
 
 
-def _json_lines(batch: pa.RecordBatch) -> Any:
-    if batch.schema.names != [JSON_COLUMN]:
-        return json_lines(batch)  # the format route, a runner without Spark
-    import pyarrow.compute as pc
-
-    column = batch.column(0)
-    empty, newline = pa.scalar("", column.type), pa.scalar("\n", column.type)
-    lines = pc.binary_join_element_wise(column, empty, newline)  # each value + "\n"
-    if len(lines) == 0:
-        return b""
-    # The lines lie back to back in the array's data buffer: write it without a copy.
-    width = 8 if pa.types.is_large_string(lines.type) else 4
-    _validity, offsets, data = lines.buffers()
-    first, last = lines.offset * width, (lines.offset + len(lines)) * width
-    start = int.from_bytes(offsets[first:first + width].to_pybytes(), "little")
-    end = int.from_bytes(offsets[last:last + width].to_pybytes(), "little")
-    return data[start:end]
+def _json_lines(batch: pa.RecordBatch) -> pa.Buffer:
+    if batch.schema.names == [JSON_COLUMN]:  # made by Spark's to_json (foreachBatch)
+        return lines_of(batch.column(0))
+    return lines_of(json_objects(batch))  # the format route, a runner without Spark
 
 
 def staged_attempts(path: str, ranges: Sequence[AttemptRange]) -> list[str]:
