@@ -1,7 +1,6 @@
 """Runs one Python code block of the docs, as a user would paste it (test harness).
 
     python -m integration.doc_block spec.json
-    python -m integration.doc_block --ahead '{}'   (sparkeos.testing.ahead)
 
 The spec gives the block's code, the text replacements that point its placeholder
 hosts, paths and names at this test's own (``broker:9092`` -> the test broker, ...),
@@ -10,9 +9,11 @@ DataFrame of order_id / payload rows) defined unless it defines it itself; a
 ``query`` it starts is run until the input is consumed, then stopped, and its
 failure fails the block; a function ``write(df, batch_id)`` it defines is called on a
 batch; a ``TransactionalSink`` subclass it defines with a ``path`` field writes two
-batches through the real coordinator. A block that makes no session of its own may run in
-a process started ahead, which made the harness's session (``local_session("doc-block")``)
-before the block arrived, as the harness would have made it for the block.
+batches through the real coordinator. A block that makes no session of its own runs
+in the test process's warm session (``run_block_warm``): the harness's
+``local_session("doc-block")`` is that session then, as ``sparkeos.testing.job`` runs
+a job nothing kills; a block with a session of its own (other settings, Spark Connect)
+gets a process of its own.
 """
 
 from __future__ import annotations
@@ -23,20 +24,44 @@ import sys
 import types
 from typing import Any
 
-from sparkeos.testing import ahead
-
 
 def main(argv: list[str]) -> int:
-    if argv[0] == ahead.FLAG:  # started ahead: the harness's session first
-        from sparkeos.core.spark import local_session
-
-        local_session("doc-block")
-    spec_path = ahead.spec_path(argv)
-    if spec_path is None:  # started ahead, not needed
-        return 0
-    with open(spec_path) as fh:
+    with open(argv[0]) as fh:
         spec = json.load(fh)
     os.environ.update(spec["env"])
+    run_block(spec)
+    print("doc block ok")
+    return 0
+
+
+def run_block(spec: dict[str, Any]) -> None:
+    """Run the block ``spec`` holds (its environment already set): whatever it starts
+    is stopped before this returns, also when it fails."""
+    from pyspark.sql import SparkSession
+
+    try:
+        _run_block(spec)
+    finally:
+        active = SparkSession.getActiveSession()
+        for query in active.streams.active if active is not None else ():
+            query.stop()  # a block that failed may have left its query running
+
+
+def run_block_warm(spec: dict[str, Any]) -> None:
+    """``run_block`` in this process, its environment restored afterwards."""
+    saved = {name: os.environ.get(name) for name in spec["env"]}
+    os.environ.update(spec["env"])
+    try:
+        run_block(spec)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _run_block(spec: dict[str, Any]) -> None:
     code = spec["code"]
     for old, new in spec["replace"].items():
         code = code.replace(old, new)
@@ -67,8 +92,6 @@ def main(argv: list[str]) -> int:
         spark = local_session("doc-block")
         write(spark.createDataFrame([(1, "a"), (2, "b")], "order_id long, payload string"), 0)
     _run_sinks(namespace, spec["workdir"])
-    print("doc block ok")
-    return 0
 
 
 def _run_sinks(namespace: dict[str, Any], workdir: str) -> None:

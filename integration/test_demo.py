@@ -53,11 +53,11 @@ def test_demo_through_spark_connect(tmp_path):
     """``sparkeos demo --connect``: a crash, the query through a local Spark Connect
     server (killed with the driver); the file sink's Connect suite kills at two points,
     and the plain write's duplicates are the classic demo's to show."""
-    _, lines = run_demo(tmp_path, "--connect", "--batches", "3", "--rows", "40",
+    _, lines = run_demo(tmp_path, "--connect", "--batches", "2", "--rows", "40",
                         "--crashes", "1", "--seed", "11", "--skip-plain")
     assert "through Spark Connect" in lines[0]
     assert re.fullmatch(
-        r"exactly-once: verified input=120 output=120 duplicates=0 missing=0", lines[-1])
+        r"exactly-once: verified input=80 output=80 duplicates=0 missing=0", lines[-1])
     table = [line.split() for line in lines if line.startswith(("plain", "sparkeos"))]
     rows = {cells[0]: cells for cells in table}
     assert int(rows["sparkeos"][2]) >= 1  # crashes

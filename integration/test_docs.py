@@ -1,6 +1,7 @@
-"""Every Python code block of the README and docs/ runs (each in its own process,
-against the real services, placeholders pointed at this test's own); so does the
-code a ``diff`` block leaves after the change (its context and ``+`` lines)."""
+"""Every Python code block of the README and docs/ runs (against the real services,
+placeholders pointed at this test's own; in this process's warm Spark session, or in a
+process of its own when it makes its own session); so does the code a ``diff`` block
+leaves after the change (its context and ``+`` lines)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from sparkeos.testing.job import run_spec_process
+from integration.doc_block import run_block_warm
+from sparkeos.testing.job import run_spec_process, run_warm
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
@@ -79,14 +81,18 @@ def test_doc_block_runs(source: Path, code: str, tmp_path: Any,
     spec = {"code": code, "replace": replace, "source": str(source),
             "input": str(input_dir), "workdir": str(tmp_path),
             "env": {"SPARKEOS_KAFKA_STAGING_DIR": str(tmp_path / "staging")}}
-    # A block that makes its own session (other settings, Spark Connect) starts cold;
-    # the others may take a process started ahead with the harness's session.
+    # A block that makes its own session (other settings, Spark Connect) gets a process
+    # of its own; the others run in this process's warm session (nothing kills them).
     own_session = re.search(r"SparkSession|local_session\(|connect_session\(", code)
     try:
-        result = run_spec_process(
-            "integration.doc_block", spec, str(tmp_path / "block.json"), cwd=str(REPO),
-            timeout=600, ahead_settings=None if own_session else {})
-        assert result.returncode == 0 and "doc block ok" in result.stdout, result.tail(60)
+        if own_session:
+            result = run_spec_process("integration.doc_block", spec,
+                                      str(tmp_path / "block.json"), cwd=str(REPO), timeout=600)
+            assert result.returncode == 0 and "doc block ok" in result.stdout, \
+                result.tail(60)
+        else:
+            result = run_warm(lambda _spark: run_block_warm(spec))
+            assert result.returncode == 0, result.tail(60)
     finally:
         if "broker:9092" in replace:
             _delete_topics(replace["broker:9092"], [f"orders_{tag}", f"orders_enriched_{tag}"])

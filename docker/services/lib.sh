@@ -38,13 +38,20 @@ apt_install() {
   fi
   log "installing Debian's $package package ..."
   mkdir -p "$(dirname "$logfile")"
-  if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$package" \
-      >"$logfile" 2>&1; then
-    "${sudo[@]}" apt-get update -q >>"$logfile" 2>&1 || true
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$package" \
-      >>"$logfile" 2>&1 \
+  # Another apt-get may be at work (CI makes the container images while the tests
+  # install their services): ours take turns (./run takes the same lock), and wait for
+  # dpkg's lock rather than fail.
+  local wait=(-o DPkg::Lock::Timeout=900)
+  exec 7>>/tmp/sparkeos-apt.lock
+  flock -w 900 7 || die "apt: another install held /tmp/sparkeos-apt.lock for 15 min"
+  if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${wait[@]}" install -y -q \
+      --no-install-recommends "$package" >"$logfile" 2>&1; then
+    "${sudo[@]}" apt-get "${wait[@]}" update -q >>"$logfile" 2>&1 || true
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${wait[@]}" install -y -q \
+      --no-install-recommends "$package" >>"$logfile" 2>&1 \
       || { tail -n 20 "$logfile" >&2; die "apt-get install $package failed (log: $logfile)"; }
   fi
+  exec 7>&-
 }
 
 # ---------------------------------------------------------------- jars from Maven Central

@@ -21,11 +21,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.chaos]
 FILES = [[1, 2, 3], [4, 5], [6, 7, 8], [9], [10, 11], [12, 13, 14], [15], [16, 17], [18]]
 # after_first_commit: PostgreSQL (committed on the driver) has the batch, Kafka (in
 # tasks) not yet: the window only recovery may close.
-CRASHES = ["after_decided@1", "after_first_commit@2", "kill_driver_after_first_prepare@3",
-           "after_all_commits@4"]
-"""Where the two sinks can be split: a kill in phase 1, and every kill between the
-decision and the last commit. The points before the decision and after the commits are
-the protocol's, the same for a group (tests/core/test_group.py runs every point)."""
+CRASHES = ["after_first_commit@1", "kill_driver_after_first_prepare@2", "after_all_commits@3"]
+"""Where the two sinks can be split: a kill in phase 1, one with one member committed
+and the other not, one after both committed. The other points are the protocol's, the
+same for a group (tests/core/test_group.py runs every point)."""
 
 
 def pg_ids(admin: Any, table: str) -> list[int]:

@@ -120,13 +120,15 @@ class TestKafkaSinkStagedHdfs(TaskCommitClusterConformance, SampledConformance,
                               CheckpointOnHdfs, TestKafkaSinkStaged):
     """Staging, the query's checkpoint and the commit log on a real HDFS: phase 1
     uploads each attempt's staged file, phase 2 (in other Spark tasks) reads it back
-    through WebHDFS. Batches run end to end on HDFS in the cluster cases (an executor
-    lost in phase 1 and in phase 2, then the query run to the end); the local end-to-end
-    case is the plain suite's, a driver killed on the cluster the file and PostgreSQL
-    sinks' (the kill is the protocol's; what is Kafka's is the phase-2 tasks lost)."""
+    through WebHDFS. Batches run end to end on HDFS in the cluster case (an executor
+    lost in phase 2, then the query run to the end); the local end-to-end case is the
+    plain suite's, a driver killed on the cluster the file and PostgreSQL sinks', an
+    executor lost in phase 1 the file sink's (those are the protocol's; what is Kafka's
+    is the phase-2 tasks lost)."""
 
     test_end_to_end_several_batches = None
     test_driver_crash_then_restart_on_a_cluster = None
+    test_executor_lost_in_phase_1_on_a_cluster = None
 
     def sink_spec(self, workdir: str) -> dict[str, Any]:
         spec = super().sink_spec(workdir)

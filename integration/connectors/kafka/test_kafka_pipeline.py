@@ -71,15 +71,6 @@ def run_to_completion(spec: KafkaJobSpec, restarts: int = 3) -> None:
     raise AssertionError(f"the job did not complete:\n{result.tail()}")
 
 
-def test_kafka_to_spark_to_kafka_exactly_once(
-        pipeline: tuple[KafkaJobSpec, list[int]]) -> None:
-    spec, expected = pipeline
-    run_to_completion(spec, restarts=1)
-    assert_exactly_once(output_ids(spec.bootstrap, spec.output_topic), expected)
-    run_to_completion(spec, restarts=1)  # nothing new to read: nothing new written
-    assert_exactly_once(output_ids(spec.bootstrap, spec.output_topic), expected)
-
-
 @pytest.mark.chaos
 def test_kafka_pipeline_survives_repeated_driver_kills(
         pipeline: tuple[KafkaJobSpec, list[int]]) -> None:
@@ -90,6 +81,8 @@ def test_kafka_pipeline_survives_repeated_driver_kills(
         result = run_kafka_job(spec, fault)
         assert result.crashed, f"{fault} did not crash the driver:\n{result.tail()}"
     run_to_completion(spec)
+    assert_exactly_once(output_ids(spec.bootstrap, spec.output_topic), expected)
+    run_to_completion(spec, restarts=1)  # nothing new to read: nothing new written
     assert_exactly_once(output_ids(spec.bootstrap, spec.output_topic), expected)
 
 
@@ -114,8 +107,9 @@ def test_kafka_to_spark_to_postgres_survives_repeated_driver_kills(
     spec, expected = pipeline
     spec.sink, spec.pg_dsn = "postgres", pg_server.dsn
     spec.pg_table, spec.pg_marker_table = names.table, names.marker
-    for fault in ("after_decided@1", "kill_driver_after_first_prepare@2",
-                  "after_first_commit@3"):
+    # The phase 1 kill is the Kafka pipeline's; here the points with the table's
+    # prepared transactions decided, and one of them committed.
+    for fault in ("after_decided@1", "after_first_commit@2"):
         result = run_kafka_job(spec, fault)
         assert result.crashed, f"{fault} did not crash the driver:\n{result.tail()}"
     run_to_completion(spec)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable
@@ -28,7 +27,6 @@ from integration.stomp_helpers import (
     queue_depth_rabbitmq,
     send,
 )
-from sparkeos.core.faults import DRIVER_POINTS
 from sparkeos.testing.conformance import assert_exactly_once
 
 from .stomp_job import StompJobSpec, run_stomp_job
@@ -188,30 +186,6 @@ def test_stomp_to_file_survives_kills_at_every_point(artemis_url: str, local_art
 
 
 @pytest.mark.chaos
-def test_stomp_to_file_survives_random_kills(artemis_url: str, local_artemis: bool,
-                                             tmp_path: Any) -> None:
-    """Kills at random points and batches (the seed is printed to replay a failure)."""
-    broker = Broker("artemis", artemis_url, local_artemis)
-    seed = int(os.environ.get("SPARKEOS_CHAOS_SEED", time.time_ns() % 100_000))
-    print(f"SPARKEOS_CHAOS_SEED={seed}")
-    rng = random.Random(seed)
-    spec = make_spec(broker, str(tmp_path), max_batch_messages=25)
-    publish(broker, spec.input_queue, list(range(MESSAGES)))
-    points = [f"source_after_spool@{n}" for n in (1, 2, 3)] + \
-        [f"source_after_ack@{n}" for n in (1, 2)] + \
-        [f"{p}@{b}" for p in (*DRIVER_POINTS, "kill_driver_after_first_prepare")
-         for b in (0, 1, 2)]
-    for kill in rng.sample(points, 2):
-        if kill.startswith("source_"):
-            run_stomp_job(spec, source_fault=kill)
-        else:
-            run_stomp_job(spec, fault=kill)
-    drain_job(spec, broker)
-    assert_exactly_once(file_ids(spec), list(range(MESSAGES))), f"seed {seed}"
-    assert_spool_empty(spec)
-
-
-@pytest.mark.chaos
 def test_stomp_to_postgres_survives_kills(artemis_url: str, local_artemis: bool,
                                           pg_server: Any, names: Any, tmp_path: Any) -> None:
     import psycopg2
@@ -220,7 +194,9 @@ def test_stomp_to_postgres_survives_kills(artemis_url: str, local_artemis: bool,
     spec = make_spec(broker, str(tmp_path), sink="postgres")
     spec.output, spec.pg_dsn = names.table, pg_server.dsn
     publish(broker, spec.input_queue, list(range(MESSAGES)))
-    for kill in ("source_after_ack@1", "after_decided@1", "after_first_commit@2"):
+    # The source's kill is the file pipeline's; here the points where PostgreSQL holds
+    # prepared transactions: at the decision, and with one of them committed.
+    for kill in ("after_decided@1", "after_first_commit@2"):
         fault, source_fault = (None, kill) if kill.startswith("source_") else (kill, None)
         run_until_crash(spec, fault, source_fault)
     drain_job(spec, broker)
@@ -244,10 +220,12 @@ def test_stomp_to_stomp_exactly_once(artemis_url: str, local_artemis: bool,
                          for m in out], list(range(MESSAGES)))
 
 
+@pytest.mark.parametrize("broker", ["activemq"], indirect=True)
 def test_redelivery_after_commit_before_ack_is_dropped(broker: Broker, tmp_path: Any) -> None:
     """Killed after the batch was committed, before its ACK: the broker redelivers
     those messages to the next run, which recognises them by ID and acknowledges them
-    without a second copy in the output."""
+    without a second copy in the output. On ActiveMQ Classic: on Artemis this kill is
+    one of test_stomp_to_file_survives_kills_at_every_point's."""
     spec = make_spec(broker, str(tmp_path))
     publish(broker, spec.input_queue, list(range(60)))
     run_until_crash(spec, source_fault="source_before_ack@1")
