@@ -218,7 +218,8 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
             raise ConfigurationError(
                 f"the {self.format_name} format does not write partitioned directories "
                 f"(partitionBy {columns})",
-                fix="drop .partitionBy(...), or use foreachBatch with a sink per partition")
+                fix='drop .partitionBy(...); the file formats lay their output out by '
+                '.option("sparkeos.partitionBy", "col1,col2")')
         settings = FormatSettings.read(options)
         sink = self.make_sink(options, schema)
         options.finish()

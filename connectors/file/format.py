@@ -1,7 +1,9 @@
 """The file sink as Spark formats: ``writeStream.format("sparkeos-parquet")`` and
 ``format("sparkeos-json")`` take what Spark's ``parquet`` and ``json`` sinks take where
-the file sink can honour it (``path``, Parquet's ``compression``), and the ``sparkeos.*``
-options every format shares (``core.streamformat``)."""
+the file sink can honour it (``path``, Parquet's ``compression``), the layout of
+``partitionBy`` as ``sparkeos.partitionBy`` (Spark never passes ``.partitionBy(...)`` to
+a Python sink), and the ``sparkeos.*`` options every format shares
+(``core.streamformat``)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ from sparkeos.core.streamformat import Options, SinkFormat
 
 from .sink import FileSink
 
+PARTITION_BY = "sparkeos.partitionBy"
+"""The partition columns, comma-separated: ``.option("sparkeos.partitionBy", "day")``."""
+
 
 class ParquetFormat(SinkFormat):
     """``format("sparkeos-parquet")``: Parquet part files under ``path``."""
@@ -21,7 +26,8 @@ class ParquetFormat(SinkFormat):
     def make_sink(self, options: Options, schema: pa.Schema) -> FileSink:
         return FileSink(path=options.require("path", '"/data/out"'), format="parquet",
                         compression=options.get("compression") or "snappy",
-                        fsync=options.flag("sparkeos.fsync", True))
+                        fsync=options.flag("sparkeos.fsync", True),
+                        partition_by=options.names(PARTITION_BY) or ())
 
 
 class JsonFormat(SinkFormat):
@@ -38,7 +44,8 @@ class JsonFormat(SinkFormat):
                 f"{compression!r} was asked)",
                 fix='drop the compression option, or use format("sparkeos-parquet")')
         return FileSink(path=options.require("path", '"/data/out"'), format="jsonl",
-                        fsync=options.flag("sparkeos.fsync", True))
+                        fsync=options.flag("sparkeos.fsync", True),
+                        partition_by=options.names(PARTITION_BY) or ())
 
 
 FORMATS = (ParquetFormat, JsonFormat)

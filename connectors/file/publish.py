@@ -23,32 +23,41 @@ from sparkeos.core.steps import commit_step
 def publish(files: Files, txn: Transaction, receipt: Receipt, staging: str, root: str,
             fsync: bool) -> None:
     """Move the file ``receipt`` names from the attempt's ``staging`` directory into
-    ``root``, then delete the staging directory."""
+    ``root`` (from each partition directory it names into the same one under ``root``),
+    then delete the staging directory."""
     name = receipt.get("file")
     if name:
-        staged = posixpath.join(staging, name)
+        final_name = receipt.get("final") or name
         # Receipts from before part files named their content carry only ``file``.
-        final = posixpath.join(root, receipt.get("final") or name)
-        if not files.exists(final):
-            commit_step("checked", txn)
-            try:
-                # Never over an existing file: a zombie can never overwrite a
-                # committed one.
-                files.publish(staged, final)
-            except FileExistsError:
-                pass
-            except FileNotFoundError:
-                # A twin commit of the same decided transaction (the driver and
-                # `recover --force`, a retried call) may have published it and
-                # deleted the staging directory since the check above.
-                if files.exists(final):
-                    files.delete(staging)
-                    return
-                raise _staged_file_gone(files, txn, receipt, staged, final) from None
-            if fsync:
-                files.make_durable(root)
-            commit_step("published", txn)
+        for directory in receipt.get("dirs") or [""]:
+            _publish_one(files, txn, receipt, posixpath.join(staging, directory, name),
+                         posixpath.join(root, directory, final_name), fsync)
     files.delete(staging)
+
+
+def _publish_one(files: Files, txn: Transaction, receipt: Receipt, staged: str, final: str,
+                 fsync: bool) -> None:
+    if files.exists(final):
+        return
+    commit_step("checked", txn)
+    directory = posixpath.dirname(final)
+    try:
+        if not files.isdir(directory):  # a partition directory this batch opens
+            files.makedirs(directory)
+        # Never over an existing file: a zombie can never overwrite a committed one.
+        files.publish(staged, final)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        # A twin commit of the same decided transaction (the driver and `recover
+        # --force`, a retried call) may have published it, and deleted the staging
+        # directory after its last file, since the check above.
+        if files.exists(final):
+            return
+        raise _staged_file_gone(files, txn, receipt, staged, final) from None
+    if fsync:
+        files.make_durable(directory)
+    commit_step("published", txn)
 
 
 def _staged_file_gone(files: Files, txn: Transaction, receipt: Receipt, staged: str,

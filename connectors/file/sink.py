@@ -24,19 +24,23 @@ its staging directory at prepare (``CREATE`` that fails on an existing file), an
 commit is HDFS's ``rename``, which is atomic and never replaces an existing file: the
 same guarantees as ``link``.
 
-Phase 2's move into place is in ``publish.py``; this module holds the sink's protocol,
-the staging of part files and the readers of committed output.
+With ``partition_by`` the output is laid out as Spark's ``.partitionBy(...)`` lays it
+out (``layout.py``): an attempt stages one part file per partition directory it has rows
+for, ``<staging>/<attempt>/<col>=<value>/part-...``, and phase 2 moves each into
+``<path>/<col>=<value>/`` under the same name, each move as above.
+
+Phase 1's part files are written in ``staging.py``, phase 2's move into place is in
+``publish.py``, the partitioned layout in ``layout.py``; this module holds the sink's
+protocol and the readers of committed output.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import posixpath
 import re
 import shutil
 import socket
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +49,6 @@ import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.files import Files, split_uri
-from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.fsutil import (
     DriverMark,
     claim_dir,
@@ -54,10 +57,19 @@ from sparkeos.core.fsutil import (
     require_writable_dir,
 )
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
-from sparkeos.core.sparkjson import json_objects, lines_of
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
+from . import layout
 from .publish import publish
+from .staging import (
+    JSON_COLUMN,
+    PREPARED_MARK,
+    StagedPart,
+    finish_partitioned,
+    json_lines,
+    open_writer,
+    write_rows,
+)
 
 STAGING_DIR = ".sparkeos-staging"
 FORMATS = {"jsonl": ".json", "parquet": ".parquet"}
@@ -72,45 +84,29 @@ _CODEC_ALIASES = {"uncompressed": "none", "lz4_raw": "lz4"}
 """Spark's names for Parquet codecs that pyarrow names otherwise."""
 _OLD_EXTENSIONS = (".jsonl",)
 """What earlier versions named JSON Lines part files: still read, probed and listed."""
-# The column a JSON Lines batch reaches tasks in: one JSON object per row, made by
-# Spark's own JSON generator (what ``df.write.json`` writes), so no row is encoded in
-# Python.
-JSON_COLUMN = "_sparkeos_json"
 _PART = re.compile(r"^part-([^-]+)-(.+)-(\d{10})-(\d{5})(?:-[0-9a-f]{16})?"
                    r"(?:\.[a-z0-9]+)?\.(?:parquet|json|jsonl)$")
 CONTENT_DIGITS = 16
 """Hex digits of the rows' fingerprint in a part file's name."""
 
 
-@dataclass
-class _Staged:
-    txn: Transaction
-    directory: str
-    """The attempt's staging directory, in the sink's file system."""
-    file_name: str
-    local_dir: str
-    """Where the part file is written: ``directory`` itself on a POSIX path, a
-    temporary directory on this host for HDFS (made with the first row, uploaded at
-    prepare; empty until then)."""
-    writer: Any = None
-    rows: int = 0
-    content: Fingerprint = dataclasses.field(default_factory=Fingerprint)
-
-
 @dataclass(frozen=True)
-class FileSink(TransactionalSink[_Staged]):
+class FileSink(TransactionalSink[StagedPart]):
     """Write each batch as part files into ``path``: a local or shared POSIX directory,
     or an HDFS URI (``hdfs://namenode:8020/out`` or ``webhdfs://namenode:9870/out``).
 
     ``format``: ``"parquet"`` (default) or ``"jsonl"``. ``compression``: Parquet codec.
-    ``fsync``: make staged files durable before prepare returns (disable only for
-    benchmarks on throw-away data).
+    ``partition_by``: columns to lay the output out by, as Spark's ``partitionBy`` does
+    (``<path>/date=2026-11-26/part-...``; string, integer, boolean, date or decimal
+    columns). ``fsync``: make staged files durable before prepare returns (disable only
+    for benchmarks on throw-away data).
     """
 
     path: str
     format: str = "parquet"
     compression: str = "snappy"
     fsync: bool = True
+    partition_by: Sequence[str] = ()
 
     commit_steps = ("checked", "published")
 
@@ -120,6 +116,7 @@ class FileSink(TransactionalSink[_Staged]):
         # Resolved here, on the driver, and pickled with the sink: tasks reach the same
         # file system whatever their environment (e.g. SPARKEOS_WEBHDFS_PORT).
         files, root = split_uri(self.path)
+        object.__setattr__(self, "partition_by", layout.normalise_columns(self.partition_by))
         object.__setattr__(self, "_files", files)
         object.__setattr__(self, "_root", root)
         if self.format not in FORMATS:
@@ -162,7 +159,11 @@ class FileSink(TransactionalSink[_Staged]):
         return FORMATS[self.format]
 
     def identity(self) -> dict[str, Any]:
-        return {"path": self.directory, "format": self.format}
+        # A query's layout may not change under it: a replay laid out otherwise would not
+        # find the files of its batch. (Only partitioned sinks name it: the identity of
+        # an unpartitioned one stays what earlier versions recorded.)
+        partitioned = {"partition_by": list(self.partition_by)} if self.partition_by else {}
+        return {"path": self.directory, "format": self.format, **partitioned}
 
     # -- driver ------------------------------------------------------------------------
     def shared_paths(self) -> tuple[str, ...]:
@@ -170,11 +171,14 @@ class FileSink(TransactionalSink[_Staged]):
         return (self._staging_root(),) if self.files.is_local else ()
 
     def task_columns(self) -> tuple[str, ...]:
+        if self.partition_by:  # the values' text as Spark casts it; JSON made per file
+            return ("*", *layout.value_expressions(self.partition_by))
         if self.format == "jsonl":
             return (f"to_json(struct(*)) AS {JSON_COLUMN}",)
         return ()
 
     def validate(self, schema: pa.Schema) -> None:
+        layout.check_columns(self.partition_by, schema, f"output directory {self.directory}")
         staging = self._staging_root()
         require_writable_dir(
             staging, f"output directory {self.directory}",
@@ -185,27 +189,39 @@ class FileSink(TransactionalSink[_Staged]):
             self.__dict__["_mark"] = mark_driver_dir(staging, self.files)
 
     # -- phase 1 -------------------------------------------------------------------------
-    def begin(self, txn: Transaction) -> _Staged:
+    def begin(self, txn: Transaction) -> StagedPart:
         files = self.files
         require_shared(self._staging_root(), f"output directory {self.directory}", txn,
                        self._driver_mark, files)
         directory = claim_dir(self._txn_dir(txn.txn_id), txn, files)
         # On HDFS the part file is written on this host first; its temporary directory
         # is made with the first row (an empty partition leaves nothing behind).
-        return _Staged(txn, directory, self._final_name(txn),
+        return StagedPart(txn, directory, self._final_name(txn),
                        directory if files.is_local else "")
 
-    def write(self, handle: _Staged, batch: pa.RecordBatch) -> None:
+    def write(self, handle: StagedPart, batch: pa.RecordBatch) -> None:
+        if self.partition_by:
+            for directory, rows in layout.split(batch, self.partition_by):
+                writer = handle.writers.get(directory)
+                if writer is None:
+                    writer = handle.writers[directory] = open_writer(
+                        handle, rows.schema, self.format, self.compression, directory)
+                write_rows(writer, self.format, rows)
+            handle.content.update(layout.written_rows(batch))
+            handle.rows += batch.num_rows
+            return
         if handle.writer is None:
-            handle.writer = self._open_writer(handle, batch.schema)
+            handle.writer = open_writer(handle, batch.schema, self.format, self.compression)
         if self.format == "parquet":
             handle.writer.write_batch(batch)
         else:
-            handle.writer.write(_json_lines(batch))
+            handle.writer.write(json_lines(batch))
         handle.content.update(batch)
         handle.rows += batch.num_rows
 
-    def prepare(self, handle: _Staged) -> Receipt:
+    def prepare(self, handle: StagedPart) -> Receipt:
+        if self.partition_by:
+            return self._prepare_partitioned(handle)
         if handle.writer is None:
             return {"file": None, "rows": 0}
         handle.writer.close()
@@ -223,12 +239,13 @@ class FileSink(TransactionalSink[_Staged]):
                 "final": self._published_name(handle.txn, written.fingerprint),
                 "written": written.as_json()}
 
-    def abort(self, handle: _Staged, txn: Transaction) -> None:
-        if handle.writer is not None:
-            try:
-                handle.writer.close()
-            except Exception:
-                pass
+    def abort(self, handle: StagedPart, txn: Transaction) -> None:
+        for writer in [handle.writer, *handle.writers.values()]:
+            if writer is not None:
+                try:
+                    writer.close()
+                except Exception:
+                    pass
         if handle.local_dir and handle.local_dir != handle.directory:
             shutil.rmtree(handle.local_dir, ignore_errors=True)
         self.files.delete(handle.directory)
@@ -261,13 +278,15 @@ class FileSink(TransactionalSink[_Staged]):
 
     def probe(self, txn: Transaction) -> TxnState:
         files, directory = self.files, self._txn_dir(txn.txn_id)
-        if files.exists(posixpath.join(directory, self._final_name(txn))):
+        prepared = (posixpath.join(directory, PREPARED_MARK) if self.partition_by
+                    else posixpath.join(directory, self._final_name(txn)))
+        if files.exists(prepared):
             return TxnState.PREPARED
         if files.isdir(directory):
             return TxnState.OPEN
         stem = self._final_name(txn)[:-len(self.extension)]
-        if any(name.startswith(stem) and _PART.match(name)
-               for name in files.listdir(self._root_path)):
+        if any(posixpath.basename(name).startswith(stem)
+               for name in committed_files(self.path, self.format)):
             return TxnState.COMMITTED
         return TxnState.ABSENT
 
@@ -284,6 +303,16 @@ class FileSink(TransactionalSink[_Staged]):
         return (f"part-{txn.query_key}-{txn.sink}-{txn.batch_id:010d}-{txn.partition:05d}"
                 f"{self.extension}")
 
+    def _prepare_partitioned(self, handle: StagedPart) -> Receipt:
+        if not handle.writers:
+            return {"file": None, "rows": 0}
+        directories = finish_partitioned(handle, self.files, self.fsync)
+        written = handle.content.written()
+        return {"file": handle.file_name, "dirs": directories, "rows": handle.rows,
+                "host": socket.gethostname(),
+                "final": self._published_name(handle.txn, written.fingerprint),
+                "written": written.as_json()}
+
     def _published_name(self, txn: Transaction, fingerprint: str) -> str:
         """The committed part file's name: it names the rows it holds, so a replay of
         (batch, partition) with other rows never takes an earlier run's file for its
@@ -291,21 +320,6 @@ class FileSink(TransactionalSink[_Staged]):
         stem = self._final_name(txn)[:-len(self.extension)]
         return f"{stem}-{fingerprint[:CONTENT_DIGITS]}{self.extension}"
 
-    def _open_writer(self, handle: _Staged, schema: pa.Schema) -> Any:
-        if not handle.local_dir:
-            handle.local_dir = tempfile.mkdtemp(prefix="sparkeos-part-")
-        target = os.path.join(handle.local_dir, handle.file_name)
-        if self.format == "parquet":
-            import pyarrow.parquet as pq
-
-            return pq.ParquetWriter(target, schema, compression=self.compression)
-        return open(target, "wb")
-
-
-def _json_lines(batch: pa.RecordBatch) -> pa.Buffer:
-    if batch.schema.names == [JSON_COLUMN]:  # made by Spark's to_json (foreachBatch)
-        return lines_of(batch.column(0))
-    return lines_of(json_objects(batch))  # the format route, a runner without Spark
 
 
 def staged_attempts(path: str, ranges: Sequence[AttemptRange]) -> list[str]:
@@ -323,31 +337,50 @@ def staged_attempts(path: str, ranges: Sequence[AttemptRange]) -> list[str]:
 
 
 def committed_files(path: str, format: str = "parquet") -> list[str]:
-    """The committed part files of a FileSink directory (staging is never included):
-    local paths, or full URIs on HDFS."""
+    """The committed part files of a FileSink directory, in its partition directories
+    too (staging is never included): local paths, or full URIs on HDFS."""
     files, root = split_uri(path)
     extensions = (FORMATS[format],) + (_OLD_EXTENSIONS if format == "jsonl" else ())
-    return sorted(
-        files.uri(posixpath.join(root, name))
-        for name in files.listdir(root)
-        if name.startswith("part-") and name.endswith(extensions)
-    )
+    return sorted(files.uri(posixpath.join(root, name))
+                  for name in _part_names(files, root, "", extensions))
+
+
+def _part_names(files: Files, root: str, inside: str,
+                extensions: tuple[str, ...]) -> list[str]:
+    """Part files below ``root/inside``, as paths relative to ``root``."""
+    found = []
+    for name in files.listdir(posixpath.join(root, inside) if inside else root):
+        relative = posixpath.join(inside, name) if inside else name
+        if name.startswith("part-") and name.endswith(extensions):
+            found.append(relative)
+        elif layout.is_partition_dir(name):
+            found += _part_names(files, root, relative, extensions)
+    return found
 
 
 def read_output(path: str, format: str = "parquet") -> pa.Table:
-    """Read every committed row of a FileSink directory into one Arrow table."""
+    """Read every committed row of a FileSink directory into one Arrow table; the
+    partition columns of partitioned output come last, as strings (None for Spark's
+    default partition), as in the directory names."""
+    files, root = split_uri(path)
     tables = []
     for file in committed_files(path, format):
-        files, inside = split_uri(file)
+        inside = split_uri(file)[1]
         source = pa.BufferReader(files.read(inside)) if not files.is_local else file
         if format == "parquet":
             import pyarrow.parquet as pq
 
-            tables.append(pq.read_table(source))
+            table = pq.read_table(source)
         else:
             import pyarrow.json as pj
 
-            tables.append(pj.read_json(source))
+            table = pj.read_json(source)
+        relative = posixpath.relpath(posixpath.dirname(inside), root)
+        if relative != ".":
+            for name, value in layout.partition_values(relative):
+                table = table.append_column(name, pa.array([value] * table.num_rows,
+                                                           pa.string()))
+        tables.append(table)
     if not tables:
         return pa.table({})
     return pa.concat_tables(tables, promote_options="default")

@@ -1,15 +1,15 @@
 """The scripts of examples/, run as a user runs them, against the real services.
 
-Each chaos test feeds an example's input, runs the script in a child process
-(``--available-now``) with one kill planned through ``SPARKEOS_FAULT`` (or
-``SPARKEOS_SOURCE_FAULT``) at the point that matters most for its pipeline (the
-other points of the same connectors are killed in their conformance suites and in
-integration/connectors/*/test_*_pipeline.py), checks the kill happened, restarts the
-script from its checkpoint until a condition on the output (and the input queue)
-holds, and then counts the output: every input id exactly once, or the exact count of
-every word. No check waits on time; every loop ends on a condition, with a bound on
-the number of runs. Each test removes what it created: topics, marker groups and progress records,
-tables and marker rows, prepared transactions, queues, directories.
+Each test feeds an example's input, runs the script in a child process
+(``--available-now``), Spark's word-count port once with a kill planned through
+``SPARKEOS_FAULT`` first (the other shapes are killed at their points in the connector
+suites, the STOMP source's tests, the sink group's and
+integration/connectors/*/test_*_pipeline.py), restarts the script from its checkpoint
+until a condition on the output (and the input queue) holds, and then counts the
+output: every input id exactly once, or the exact count of every word. No check
+waits on time; every loop ends on a condition, with a bound on the number of runs.
+Each test removes what it created: topics, marker groups and progress records, tables
+and marker rows, prepared transactions, queues, directories.
 
 The fast test at the end checks that examples/README.md lists every script and that
 each one answers ``--help``.
@@ -296,9 +296,9 @@ def test_stomp_to_kafka(kafka: KafkaJanitor, artemis_url: str, local_artemis: bo
         return complete and depth() in (0, None)
 
     try:
-        # Killed between the commit and the acknowledgement: the restarted source
-        # acknowledges the batches of the run before as their redeliveries arrive.
-        example.run_until_killed(*args, kill="source_before_ack@1")
+        # No kill: the STOMP source is killed at its points in
+        # integration/connectors/stomp/test_stomp_source.py, the Kafka sink at its own in
+        # its conformance suite.
         example.run_until(*args, done=done, runs=12)
         assert_exactly_once([r["id"] for r in topic_json(kafka.bootstrap, target)], ids)
         pulls = workdir / "spool" / queue / "pulls"
@@ -391,8 +391,9 @@ def test_spark_kafka_wordcount_port(kafka: KafkaJanitor, workdir: Path) -> None:
 @pytest.mark.chaos
 def test_kafka_to_postgres_and_kafka(kafka: KafkaJanitor, pg_server: Any,
                                      workdir: Path) -> None:
-    """One decision across two sinks, killed between the two members' commits among
-    others: in the end every order once in the table and once in the topic."""
+    """One decision across two sinks: every order once in the table and once in the
+    topic (the group is killed between its members' commits, among other points, in
+    integration/core/test_sink_group.py)."""
     import psycopg2
 
     source, events = kafka.topic("seos-ex-orders"), kafka.topic("seos-ex-events")
@@ -420,7 +421,6 @@ def test_kafka_to_postgres_and_kafka(kafka: KafkaJanitor, pg_server: Any,
         return sorted(int(r["id"]) for r in topic_json(kafka.bootstrap, events))
 
     try:
-        example.run_until_killed(*args, kill="after_first_commit@1")
         example.run_until(*args, done=lambda: set(in_table()) >= set(ids))
         assert_exactly_once(in_table(), ids)
         assert_exactly_once(in_topic(), ids)

@@ -157,7 +157,8 @@ def test_config_is_validated_at_construction():
         FileSink("hdfs:///out")
     assert FileSink("webhdfs://nn:9870/out/").directory == "webhdfs://nn:9870/out"
     assert FileSink("/tmp/x").describe() == {"path": "/tmp/x", "format": "parquet",
-                                             "compression": "snappy", "fsync": True}
+                                             "compression": "snappy", "fsync": True,
+                                             "partition_by": []}
 
 
 def test_a_directory_the_driver_does_not_share_is_refused_before_writing(tmp_path):

@@ -1,0 +1,94 @@
+"""Phase 1 of the file sink: an attempt's part files, written and made durable in its
+staging directory (one file, or one per partition directory of partitioned output)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sparkeos.core.files import Files
+from sparkeos.core.fingerprint import Fingerprint
+from sparkeos.core.protocol import Transaction
+from sparkeos.core.sparkjson import json_objects, lines_of
+
+JSON_COLUMN = "_sparkeos_json"
+"""The column a JSON Lines batch reaches tasks in: one JSON object per row, made by
+Spark's own JSON generator (what ``df.write.json`` writes), so no row is encoded in
+Python."""
+PREPARED_MARK = ".prepared"
+"""In a partitioned attempt's staging directory: all its part files are durable."""
+
+
+@dataclass
+class StagedPart:
+    """An attempt's staging: its directory, its part file's name and writers."""
+
+    txn: Transaction
+    directory: str
+    """The attempt's staging directory, in the sink's file system."""
+    file_name: str
+    local_dir: str
+    """Where the part file is written: ``directory`` itself on a POSIX path, a
+    temporary directory on this host for HDFS (made with the first row, uploaded at
+    prepare; empty until then)."""
+    writer: Any = None
+    writers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Partitioned output: the writer of each partition directory's part file."""
+    rows: int = 0
+    content: Fingerprint = dataclasses.field(default_factory=Fingerprint)
+
+
+def open_writer(part: StagedPart, schema: pa.Schema, format: str, compression: str,
+                directory: str = "") -> Any:
+    """A writer of ``part``'s file (in partition ``directory`` of partitioned output)."""
+    if not part.local_dir:
+        part.local_dir = tempfile.mkdtemp(prefix="sparkeos-part-")
+    target = os.path.join(part.local_dir, directory, part.file_name)
+    if directory:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+    if format == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetWriter(target, schema, compression=compression)
+    return open(target, "wb")
+
+
+def write_rows(writer: Any, format: str, rows: pa.RecordBatch) -> None:
+    if format == "parquet":
+        writer.write_batch(rows)
+    else:
+        writer.write(json_lines(rows))
+
+
+def json_lines(batch: pa.RecordBatch) -> pa.Buffer:
+    if batch.schema.names == [JSON_COLUMN]:  # made by Spark's to_json (foreachBatch)
+        return lines_of(batch.column(0))
+    return lines_of(json_objects(batch))  # the format route, a runner without Spark
+
+
+def finish_partitioned(part: StagedPart, files: Files, fsync: bool) -> list[str]:
+    """Each partition directory's part file closed and durable (uploaded on HDFS), then
+    the attempt's mark that all of them are (what the sink's ``probe`` reads). Returns
+    the partition directories, sorted."""
+    directories = sorted(part.writers)
+    for directory in directories:
+        part.writers[directory].close()
+        staged = posixpath.join(part.directory, directory, part.file_name)
+        if part.local_dir != part.directory:
+            files.upload_new(os.path.join(part.local_dir, directory, part.file_name), staged)
+        elif fsync:
+            files.make_durable(staged)
+            files.make_durable(posixpath.dirname(staged))
+    if part.local_dir != part.directory:
+        shutil.rmtree(part.local_dir, ignore_errors=True)
+    files.create_new(posixpath.join(part.directory, PREPARED_MARK), b"")
+    if fsync:
+        files.make_durable(part.directory)
+    return directories
