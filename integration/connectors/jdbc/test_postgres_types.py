@@ -75,3 +75,20 @@ def test_every_type_lands_as_sparks_jdbc_writer_lands_it(pg_server: Any, names: 
     finally:
         with admin.cursor() as cur:
             cur.execute(f'DROP TABLE IF EXISTS "{spark_table}"')
+
+
+def test_an_array_column_spark_created_is_refused_before_writing(pg_server: Any, names: Any,
+                                                                 admin: Any) -> None:
+    """A table Spark's writer created holds arrays as ``T[]``: the sink names the column
+    and writes nothing (docs/connectors/postgres.md, "Types")."""
+    import pyarrow as pa
+
+    from sparkeos.connectors.jdbc import PostgresSink
+    from sparkeos.core.errors import SchemaMismatchError
+
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{names.table}" (id integer, ints integer[])')
+    sink = PostgresSink(dsn=pg_server.dsn, table=names.table, marker_table=names.marker)
+    schema = pa.schema([("id", pa.int32()), ("ints", pa.list_(pa.int32()))])
+    with pytest.raises(SchemaMismatchError, match="ints"):
+        sink.validate(schema)
