@@ -36,6 +36,11 @@ _SECRET_KEY = re.compile(r"password|secret|credential|token|private|\.pem$|ssl_k
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
+JAVA_PARTITIONER = "murmur2_random"
+"""librdkafka's name for the Java client's partitioner of keyed records (murmur2 of the
+key's bytes); records without a key go to a random partition."""
+
+
 @dataclass(frozen=True)
 class KafkaConfig:
     """The settings of a ``KafkaSink``, checked when it is built.
@@ -120,7 +125,11 @@ class KafkaConfig:
         return {**self.producer_config, "bootstrap.servers": self.bootstrap_servers}
 
     def producer_settings(self, transactional_id: str) -> dict[str, Any]:
-        return {**self.client_config(), "transactional.id": transactional_id,
+        # A keyed record goes to the partition the Java client (so Spark's kafka sink,
+        # Kafka Streams, Connect) picks for that key: murmur2, not librdkafka's default
+        # CRC32. A ``partitioner`` in producer_config overrides it.
+        return {"partitioner": JAVA_PARTITIONER, **self.client_config(),
+                "transactional.id": transactional_id,
                 "transaction.timeout.ms": self.transaction_timeout_ms,
                 "enable.idempotence": True}
 

@@ -496,3 +496,50 @@ def test_the_lost_checkpoint_guard_cannot_decide_past_an_open_transaction(
         sink.output_of_other_queries("q1", "orders")
     other.abort_transaction(20)
     assert sink.output_of_other_queries("q1", "orders") is None
+
+
+def _java_partition(key: bytes, partitions: int) -> int:
+    """The Java client's partition for a keyed record: murmur2 (Kafka's
+    ``Utils.murmur2``), made positive, modulo the partition count."""
+    m, r, seed = 0x5BD1E995, 24, 0x9747B28C
+    length = len(key)
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    tail = key[length - length % 4:]
+    if len(tail) >= 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def test_a_keyed_record_goes_to_the_partition_spark_kafka_sink_picks(
+        kafka_bootstrap: str, tmp_path: Any) -> None:
+    """Drop-in: the same key lands on the same partition as through Spark's kafka sink
+    (the Java client's murmur2), not librdkafka's default CRC32 partition."""
+    name = unique_name(str(tmp_path))
+    create_topic(kafka_bootstrap, name, partitions=6)
+    keys = [f"key-{i}" for i in range(40)]
+    schema = pa.schema([("k", pa.string()), ("v", pa.string())])
+    batch = pa.RecordBatch.from_pylist([{"k": k, "v": k} for k in keys], schema=schema)
+    sink = make_sink(kafka_bootstrap, name, tmp_path, key_column="k", key_format="string",
+                     value_column="v")
+    sink.validate(schema)
+    txn = pool_txn(0)
+    handle: _Handle = sink.begin(txn)
+    sink.write(handle, batch)
+    sink.commit(txn, sink.prepare(handle))
+    landed = {m.key(): m.partition() for m in read_topic(kafka_bootstrap, name)}
+    assert landed == {k.encode(): _java_partition(k.encode(), 6) for k in keys}
