@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -114,21 +113,19 @@ def value_expressions(columns: Sequence[str]) -> tuple[str, ...]:
 
 def directories(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.Array:
     """Each row's partition directory, ``col=value/col2=value2``: from the text Spark made
-    (``value_expressions``) when the batch has it, else cast here (the format route)."""
-    parts: list[Any] = []
+    (``value_expressions``) when the batch has it, else cast here (the format route).
+    Escaped once per distinct value, not per row."""
+    parts = []
     for index, name in enumerate(columns):
         made = f"{VALUE_COLUMN_PREFIX}{index}"
         text = (batch.column(made) if made in batch.schema.names
                 else pc.cast(batch.column(name), pa.string()))
-        values = text.to_numpy(zero_copy_only=False)
-        parts.append(np.array(
-            [f"{escape_path_name(name)}="
-             + (escape_path_name(v) if v is not None and v != "" else DEFAULT_PARTITION)
-             for v in values], dtype=object))
-    joined = parts[0]
-    for part in parts[1:]:
-        joined = joined + "/" + part
-    return pa.array(joined, pa.string())
+        encoded = pc.dictionary_encode(text)
+        prefix = f"{escape_path_name(name)}="
+        named = pa.array([prefix + (escape_path_name(v) if v else DEFAULT_PARTITION)
+                          for v in encoded.dictionary.to_pylist()], pa.string())
+        parts.append(pc.fill_null(named.take(encoded.indices), prefix + DEFAULT_PARTITION))
+    return pc.binary_join_element_wise(*parts, "/")
 
 
 def data_columns(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
@@ -150,16 +147,18 @@ def written_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def split(batch: pa.RecordBatch, columns: Sequence[str]
           ) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """``(directory, rows)`` for each partition directory the batch's rows fall in, in
-    the order of the directories' names; rows keep their order within each."""
-    dirs = directories(batch, columns)
-    order = pc.sort_indices(dirs)  # stable: rows keep their order within a directory
-    sorted_dirs = dirs.take(order).to_numpy(zero_copy_only=False)
-    data = data_columns(batch, columns).take(order)
-    starts = [0, *(np.flatnonzero(sorted_dirs[1:] != sorted_dirs[:-1]) + 1), len(sorted_dirs)]
+    """``(directory, rows)`` for each partition directory the batch's rows fall in; rows
+    keep their order within each."""
+    encoded = pc.dictionary_encode(directories(batch, columns))
+    codes = encoded.indices.to_numpy()
+    order = np.argsort(codes, kind="stable")  # rows keep their order within a directory
+    data = data_columns(batch, columns).take(pa.array(order))
+    sorted_codes = codes[order]
+    starts = [0, *(np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1), len(codes)]
+    names = encoded.dictionary.to_pylist()
     for start, end in itertools.pairwise(starts):
         if end > start:
-            yield str(sorted_dirs[start]), data.slice(start, end - start)
+            yield names[sorted_codes[start]], data.slice(start, end - start)
 
 
 def partition_values(relative_dir: str) -> list[tuple[str, str | None]]:

@@ -31,18 +31,19 @@ def publish(files: Files, txn: Transaction, receipt: Receipt, staging: str, root
         # Receipts from before part files named their content carry only ``file``.
         for directory in receipt.get("dirs") or [""]:
             _publish_one(files, txn, receipt, posixpath.join(staging, directory, name),
-                         posixpath.join(root, directory, final_name), fsync)
+                         posixpath.join(root, directory, final_name), fsync,
+                         in_partition=bool(directory))
     files.delete(staging)
 
 
 def _publish_one(files: Files, txn: Transaction, receipt: Receipt, staged: str, final: str,
-                 fsync: bool) -> None:
+                 fsync: bool, in_partition: bool) -> None:
     if files.exists(final):
         return
     commit_step("checked", txn)
     directory = posixpath.dirname(final)
     try:
-        if not files.isdir(directory):  # a partition directory this batch opens
+        if in_partition:  # a partition directory this batch may open (idempotent)
             files.makedirs(directory)
         # Never over an existing file: a zombie can never overwrite a committed one.
         files.publish(staged, final)
