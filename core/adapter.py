@@ -25,6 +25,7 @@ from .queryrun import _NAME_CLAIMS as _NAME_CLAIMS  # re-exported: tests reset i
 from .queryrun import QueryRun, claim_log
 from .queryrun import claim_sink_name as claim_sink_name
 from .spark import SparkBatchRunner, running_query
+from .sparkversion import check_pyspark
 
 MetricsCallback = Callable[[BatchMetrics], None]
 Frame = Callable[[Any], Any]
@@ -46,6 +47,7 @@ class ForeachBatchAdapter:
         config: CoordinatorConfig,
         on_batch: MetricsCallback | None = None,
     ) -> None:
+        check_pyspark()
         self.sink, self.frames = _resolve(sink, config.name)
         self.config = config
         self.on_batch = on_batch
@@ -78,6 +80,7 @@ class ForeachBatchAdapter:
         return self.metrics[-1] if self.metrics else None
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        check_pyspark()  # where the batch runs: Spark Connect's server has its own pyspark
         with self._lock:
             coordinator = self._coordinator_for(df)
             runners = {member: SparkBatchRunner(self.frames[member](df) if member in self.frames

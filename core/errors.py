@@ -86,6 +86,11 @@ class SchemaMismatchError(ConfigurationError):
     """The DataFrame's schema does not fit the sink (or changed between batches)."""
 
 
+class UnsupportedSparkError(ConfigurationError):
+    """The running pyspark is not one sparkeos was proven on (or it calls a Python sink
+    in a way sparkeos does not know)."""
+
+
 class RetriableError(SparkEOSError):
     """A transient failure: the batch can be retried; nothing was lost or committed."""
 

@@ -147,10 +147,7 @@ class SparkBatchRunner:
 
         # Timestamps reach tasks in the session time zone; the schema recorded in the
         # commit log uses UTC so that a time-zone setting change is not a schema change.
-        try:
-            return to_arrow_schema(self._schema_df.schema, timezone="UTC")
-        except TypeError:  # pyspark < 4.1 has no timezone parameter
-            return to_arrow_schema(self._schema_df.schema)
+        return to_arrow_schema(self._schema_df.schema, timezone="UTC")
 
     def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
         # Attempt tokens must differ across applications (stage and task IDs restart).

@@ -28,17 +28,25 @@ as quoted text of their Python values.
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_NULL_TEXT = pa.scalar("null", pa.string())
 _JACKSON_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 _CONTROL = "[\x00-\x1f]"
 _ARROW_NUMBER = r"^(?P<sign>-?)(?P<whole>\d+)(?:\.(?P<fraction>\d+))?(?:e\+?(?P<exp>-?\d+))?$"
 """How Arrow prints a finite float: ``-0.00001``, ``1.5e-7``, ``1e+20``."""
+
+
+@functools.cache
+def _null_text() -> pa.Scalar:
+    # Made on first use: pyarrow imports pandas (half a second) the first time it
+    # converts a Python value, and Spark's planner and commit processes, which import
+    # this module fresh every batch, convert none.
+    return pa.scalar("null", pa.string())
 
 
 def json_lines(batch: pa.RecordBatch | pa.Table) -> bytes:
@@ -253,7 +261,7 @@ def _list(array: pa.Array) -> pa.Array:
     offsets = array.offsets
     start, end = offsets[0].as_py(), offsets[-1].as_py()
     elements = _values(_plain(array.values.slice(start, end - start)))
-    elements = pc.fill_null(elements, _NULL_TEXT)
+    elements = pc.fill_null(elements, _null_text())
     rebased = pc.subtract(offsets, offsets[0])
     return _bracketed(rebased, elements, array, "[", "]")
 
@@ -266,7 +274,7 @@ def _map(array: pa.Array) -> pa.Array:
     items = _plain(entries.field(1).slice(start, end - start))
     key_text = _string(_map_keys(keys))
     pairs = pc.binary_join_element_wise(key_text, pa.scalar(":"),
-                                        pc.fill_null(_values(items), _NULL_TEXT),
+                                        pc.fill_null(_values(items), _null_text()),
                                         pa.scalar(""))
     rebased = pc.subtract(offsets, offsets[0])
     return _bracketed(rebased, pairs, array, "{", "}")

@@ -11,13 +11,16 @@ else is here: the options every format shares (``checkpointLocation``, the
 * ``commit()`` / ``abort()`` after the tasks: the decision and phase 2, or the roll back.
 
 Spark calls ``streamWriter()`` a second time in the process that commits, before
-``commit``; there it must not begin another run. The two calls differ only by the
-worker module Spark runs (``_COMMIT_WORKER``), which is read from the call stack.
+``commit``; there it must not begin another run. The two calls differ by where the data
+source object comes from, on every pyspark the package supports (4.2 and 4.3): the
+planner makes it from the class and the options, the commit worker is sent the instance
+the driver made, pickled. ``SinkFormat.__setstate__`` marks such an instance, and a
+writer checks both ends: one shipped to the tasks without a plan, or a commit through a
+writer that planned, fails with ``UnsupportedSparkError`` before anything is written.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -25,11 +28,12 @@ from typing import Any, ClassVar, TypeVar
 import pyarrow as pa
 
 from .config import CoordinatorConfig, Guarantee
-from .errors import ConfigurationError
+from .errors import ConfigurationError, UnsupportedSparkError
 from .formatbatch import FormatQuery, PlannedBatch, run_task
 from .protocol import TransactionalSink
+from .sparkversion import check_pyspark
 
-try:  # pyspark >= 4.0; the module imports without it (the CLI, connectors' own tests)
+try:  # pyspark >= 4.2; the module imports without it (the CLI, connectors' own tests)
     from pyspark.sql.datasource import (
         DataSource,
         DataSourceStreamArrowWriter,
@@ -58,7 +62,6 @@ SETTINGS: dict[str, tuple[str, Any]] = {
 """``sparkeos.<option>`` (any case) and the ``exactly_once(...)`` setting it sets."""
 _MADE: dict[tuple[str, str, tuple[tuple[str, str], ...]],
             tuple[TransactionalSink[Any], FormatSettings]] = {}
-_COMMIT_WORKER = "python_streaming_sink_runner.py"
 _PARTITION_COLUMNS = "__partition_columns"
 
 
@@ -191,6 +194,12 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
     def name(cls) -> str:
         return cls.format_name
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Only Spark's commit worker is sent a pickled data source (its planner makes
+        # one from the class): a shipped instance commits and never plans.
+        self.__dict__.update(state)
+        self._shipped = True
+
     def make_sink(self, options: Options, schema: pa.Schema) -> TransactionalSink[Any]:
         """The connector's sink from its options (``options.get``/``require``...) and
         the stream's schema (which columns it has, as Spark's own sinks read them)."""
@@ -235,8 +244,9 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
                 sink=settings.config.name,
                 fix='use .outputMode("append"), or foreachBatch(exactly_once(...)); nothing '
                 "was written")
+        check_pyspark()
         query = FormatQuery(sink, settings.config, settings.max_partitions)
-        planned = None if _committing() else query.plan(arrow)
+        planned = None if getattr(self, "_shipped", False) else query.plan(arrow)
         return FormatWriter(query, planned, arrow)
 
 
@@ -256,6 +266,8 @@ class FormatWriter(DataSourceStreamArrowWriter):  # type: ignore[misc, valid-typ
         self.query, self.planned, self.schema = query, planned, schema
 
     def __getstate__(self) -> dict[str, Any]:
+        if self.planned is None:  # Spark ships it to the tasks: it must hold a plan
+            raise UnsupportedSparkError(_TELLS_PLAN_FROM_COMMIT)
         return {"query": None, "planned": self.planned, "schema": self.schema}
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPartition:
@@ -270,6 +282,8 @@ class FormatWriter(DataSourceStreamArrowWriter):  # type: ignore[misc, valid-typ
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         assert self.query is not None
+        if self.planned is not None:  # the commit worker began a run of its own
+            raise UnsupportedSparkError(_TELLS_PLAN_FROM_COMMIT)
         results = [r for r in _results(messages) if r is not None]
         self.query.commit(int(batchId), results, self.schema)
 
@@ -288,20 +302,13 @@ def arrow_schema(schema: Any) -> pa.Schema:
     the foreachBatch route records them)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    try:
-        return to_arrow_schema(schema, timezone="UTC")
-    except TypeError:  # pyspark < 4.1
-        return to_arrow_schema(schema)
+    return to_arrow_schema(schema, timezone="UTC")
 
 
-def _committing() -> bool:
-    """Whether Spark called ``streamWriter()`` to commit or abort (not to plan)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(_COMMIT_WORKER):
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
+_TELLS_PLAN_FROM_COMMIT = (
+    "this pyspark does not call the streaming writer as sparkeos tells Spark's planning "
+    "from its commit (a pickled data source commits, a new one plans); the batch was "
+    "not committed, and the restart's recovery settles it")
 
 
 __all__ = ["FormatSettings", "FormatWriter", "Options", "PreparedPartition", "SinkFormat"]

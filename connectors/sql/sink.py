@@ -30,9 +30,10 @@ from sparkeos.core import (
     Transaction,
     TransactionalSink,
 )
+from sparkeos.core.sparkjson import json_values
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
-from .tables import Tables, engine_for
+from .tables import Tables, engine_for, is_nested
 
 PURGE_EVERY = 10
 """Partition 0's commit of every this many batches deletes old committed claims."""
@@ -96,7 +97,7 @@ class SqlTableSink(TransactionalSink[Staging]):
 
     def write(self, handle: Staging, batch: pa.RecordBatch) -> None:
         handle.columns = batch.schema.names
-        rows = batch.to_pylist()
+        rows = as_json_text(batch).to_pylist()
         if self.key:
             self._refuse_repeated_keys(handle, rows)
         self._tables.stage(handle.txn, rows)
@@ -152,3 +153,16 @@ class SqlTableSink(TransactionalSink[Staging]):
     def identity(self) -> dict[str, Any]:
         return {"database": engine_for(self.url).url.render_as_string(hide_password=True),
                 "table": self.table}
+
+
+def as_json_text(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with each array, map and struct column as its JSON text, as Spark's
+    ``to_json`` writes it (the SQL sink's columns for them are text)."""
+    nested = [i for i, f in enumerate(batch.schema) if is_nested(f.type)]
+    if not nested:
+        return batch
+    columns = list(batch.columns)
+    for i in nested:
+        columns[i] = json_values(columns[i])
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+

@@ -79,14 +79,45 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _sql_type(arrow: pa.DataType) -> Any:
+def is_nested(arrow: pa.DataType) -> bool:
+    """Arrays, maps and structs: written as their JSON text (Spark's ``to_json``)."""
+    return bool(pa.types.is_nested(arrow))
+
+
+def sql_type(arrow: pa.DataType) -> Any:
+    """The column type ``create_table`` gives a Spark type, as Spark's JDBC writer types
+    it (its common types, and PostgreSQL's dialect where the two differ: ``real`` and
+    ``double precision``, ``smallint`` for bytes, ``timestamp with time zone``), in
+    SQLAlchemy's portable names, which each dialect spells its own way. Nested types,
+    for which Spark's common types have no mapping, are text holding JSON."""
     import sqlalchemy as sa
 
-    checks = [(pa.types.is_boolean, sa.Boolean), (pa.types.is_integer, sa.BigInteger),
-              (pa.types.is_floating, sa.Float), (pa.types.is_timestamp, sa.DateTime),
-              (pa.types.is_date, sa.Date), (pa.types.is_binary, sa.LargeBinary),
-              (pa.types.is_decimal, sa.Numeric)]
-    return next((kind() for check, kind in checks if check(arrow)), sa.Text())
+    if pa.types.is_boolean(arrow):
+        return sa.Boolean()
+    if pa.types.is_integer(arrow):
+        if arrow.bit_width <= 16:
+            return sa.SmallInteger()
+        return sa.Integer() if arrow.bit_width == 32 and pa.types.is_signed_integer(
+            arrow) else sa.BigInteger()
+    if pa.types.is_floating(arrow):
+        return sa.Double() if arrow.bit_width == 64 else sa.REAL()
+    if pa.types.is_decimal(arrow):
+        return sa.Numeric(arrow.precision, arrow.scale)
+    if pa.types.is_timestamp(arrow):
+        return sa.DateTime(timezone=arrow.tz is not None)
+    if pa.types.is_date(arrow):
+        return sa.Date()
+    if pa.types.is_binary(arrow) or pa.types.is_large_binary(arrow):
+        return sa.LargeBinary()
+    return sa.Text()
+
+
+def _spelled(column_type: Any, engine: Any) -> str:
+    """A column type as the database spells it (``INTEGER[]``, not ``ARRAY``)."""
+    try:
+        return str(column_type.compile(dialect=engine.dialect))
+    except Exception:  # a type the dialect cannot render: its generic name
+        return str(column_type)
 
 
 class Tables:
@@ -120,13 +151,23 @@ class Tables:
                     fix="create it, or let sparkeos create it from the DataFrame's schema: "
                     f"{CREATE_TABLE_SETTINGS}; nothing was written")
             sa.Table(self.name, sa.MetaData(),
-                     *[sa.Column(f.name, _sql_type(f.type)) for f in schema]
+                     *[sa.Column(f.name, sql_type(f.type)) for f in schema]
                      ).create(self.engine, checkfirst=True)
         target = self._target()
         missing = [n for n in schema.names if n not in target.columns]
         if missing:
             raise SchemaMismatchError(f"columns {missing} are not in table {self.name}",
                                       fix="select only the table's columns; nothing written")
+        not_text = [f"{f.name} ({_spelled(target.columns[f.name].type, self.engine)})"
+                    for f in schema
+                    if is_nested(f.type)
+                    and not isinstance(target.columns[f.name].type, (sa.String, sa.JSON))]
+        if not_text:
+            raise SchemaMismatchError(
+                f"columns {', '.join(not_text)} of table {self.name} hold arrays, maps or "
+                "structs, which the SQL sink writes as JSON text; the columns are not text",
+                fix="write into a new table (create_table=True makes them text), or change "
+                "the columns' type to a text or JSON type; nothing was written")
         self._stage(target)
         self.meta.create_all(self.engine, checkfirst=True)
 

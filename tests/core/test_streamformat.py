@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections import Counter
 from typing import Any
 
@@ -16,7 +17,7 @@ from sparkeos.connectors.file import read_output
 from sparkeos.connectors.file.format import JsonFormat, ParquetFormat
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.core.config import CoordinatorConfig, Guarantee
-from sparkeos.core.errors import CommitLogError, ConfigurationError
+from sparkeos.core.errors import CommitLogError, ConfigurationError, UnsupportedSparkError
 from sparkeos.core.formatbatch import (
     BATCH_ID_PROPERTY,
     FormatQuery,
@@ -25,7 +26,7 @@ from sparkeos.core.formatbatch import (
     run_task,
 )
 from sparkeos.core.spark import QUERY_ID_PROPERTY
-from sparkeos.core.streamformat import FormatSettings, Options
+from sparkeos.core.streamformat import FormatSettings, Options, PreparedPartition
 from sparkeos.testing.inprocess import ID_SCHEMA, id_batch
 
 QUERY_ID = "3f0e2d1c-0000-4000-8000-000000000001"
@@ -80,6 +81,58 @@ def test_a_batch_planned_written_and_committed_in_three_processes(tmp_path: Any)
     assert ids_in(out) == Counter([1, 2, 3])
     state = CommitLog(open_store(sink_log_location(checkpoint, "files"))).batches()[0]
     assert state.finished is not None and state.begun[0]["partitions"] == 200
+
+
+def test_streamwriter_plans_where_spark_makes_the_source_and_commits_where_it_ships_it(
+        tmp_path: Any) -> None:
+    """Spark's planner makes the data source from its class, its commit worker is sent
+    the driver's instance pickled: ``streamWriter`` plans in the first and only there.
+    A commit that planned again would begin another run of the batch being committed."""
+    checkpoint, out = spark_checkpoint(tmp_path / "ckpt"), str(tmp_path / "out")
+    options = {"path": out, "checkpointLocation": checkpoint, "sparkeos.name": "files"}
+    spark_schema = StructType([StructField("id", LongType())])
+    driver_made = ParquetFormat(options=options)
+    offsets_up_to(checkpoint, 0)
+    planning = ParquetFormat(options=options).streamWriter(spark_schema, False)
+    assert planning.planned is not None and planning.planned.batch_id == 0
+    shipped = pickle.loads(pickle.dumps(planning))  # to the tasks, with its plan
+    assert shipped.planned is not None
+    results = [PreparedPartition(task(shipped.planned, 0, [1, 2]))]
+    committing = pickle.loads(pickle.dumps(driver_made)).streamWriter(spark_schema, False)
+    assert committing.planned is None, "the commit worker must not plan"
+    committing.commit(results, 0)
+    assert ids_in(out) == Counter([1, 2])
+    log = CommitLog(open_store(sink_log_location(checkpoint, "files")))
+    state = log.batches()[0]
+    assert (list(state.begun), state.decided_run) == ([0], 0), "one run of batch 0, decided"
+    # Should a pyspark call the writer otherwise, nothing is shipped or committed:
+    with pytest.raises(UnsupportedSparkError, match="planning from its commit"):
+        pickle.dumps(committing)
+    with pytest.raises(UnsupportedSparkError, match="planning from its commit"):
+        planning.commit(results, 0)
+
+
+def test_an_unproven_pyspark_is_refused_unless_asked(monkeypatch: Any, caplog: Any) -> None:
+    import pyspark
+
+    from sparkeos.core import sparkversion
+
+    assert sparkversion.supported(pyspark.__version__), "the suite runs on a proven one"
+    assert [sparkversion.supported(v) for v in ("4.0.5", "4.1.4", "4.2.1.dev1", "4.4.0",
+                                                "5.0.0", "nightly")] == [
+        False, False, True, False, False, False]
+    monkeypatch.setattr(pyspark, "__version__", "4.0.5")
+    monkeypatch.delenv(sparkversion.UNTESTED_ENV, raising=False)
+    sparkversion.check_pyspark.cache_clear()
+    try:
+        with pytest.raises(UnsupportedSparkError, match=r"pyspark 4\.0\.5 is not one .*4\.2"):
+            sparkversion.check_pyspark()
+        sparkversion.check_pyspark.cache_clear()
+        monkeypatch.setenv(sparkversion.UNTESTED_ENV, "1")
+        assert sparkversion.check_pyspark() == "4.0.5"
+        assert "running it anyway" in caplog.text
+    finally:
+        sparkversion.check_pyspark.cache_clear()
 
 
 def test_a_crash_before_the_decision_is_rolled_back_and_written_again(tmp_path: Any) -> None:

@@ -187,6 +187,21 @@ class TestFileSinkS3(SampledConformance, CheckpointOnS3, TestFileSinkParquet):
         return table.to_table(columns=["id"]).column("id").to_pylist()
 
 
+@pytest.mark.s3
+class TestFileSinkPartitionedS3(InProcessConformance, TestFileSinkS3):
+    """Partitioned output on the object store: the in-process cases (every crash point,
+    concurrent attempts, the commit races, the replays) with output, staging and commit
+    log on the store, where each partition directory's part file is published by its
+    own conditional write and a commit can be cut between two of them."""
+
+    test_soak_many_tiny_batches_stay_bounded = None
+    test_driver_killed_at_random_moments = None
+
+    def sink_spec(self, workdir: str) -> dict[str, Any]:
+        spec = super().sink_spec(workdir)
+        return {**spec, "kwargs": {**spec["kwargs"], "partition_by": ["payload"]}}
+
+
 @pytest.mark.cluster
 def test_a_directory_the_executors_do_not_share_is_refused_before_the_first_batch(
         tmp_path: Any, spark_cluster: str) -> None:

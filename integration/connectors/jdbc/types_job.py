@@ -1,10 +1,11 @@
-"""Spark's JDBC writer and sparkeos' PostgreSQL sink on one batch (test harness).
+"""Spark's JDBC writer and sparkeos' PostgreSQL and SQL sinks on one batch (test harness).
 
     python -m integration.connectors.jdbc.types_job spec.json
 
 The spec names the DSN, the JDBC URL and user, the PostgreSQL driver's jar, the two
 tables (Spark's ``df.write.jdbc`` creates one, ``PostgresSink(create_table=True)`` under
-``exactly_once`` the other) and a working directory. Both write the rows of
+``exactly_once`` another, ``SqlTableSink(create_table=True)`` through SQLAlchemy the
+third) and a working directory. Both write the rows of
 ``TYPES_ROWS`` in a session whose time zone is not UTC.
 """
 
@@ -44,6 +45,7 @@ TYPES_ROWS: list[tuple[Any, ...]] = [
 def main(argv: list[str]) -> int:
     from sparkeos import exactly_once
     from sparkeos.connectors.jdbc import PostgresSink
+    from sparkeos.connectors.sql import SqlTableSink
     from sparkeos.core.spark import local_session
     from sparkeos.testing.job import end_job
 
@@ -57,13 +59,16 @@ def main(argv: list[str]) -> int:
                                  "driver": "org.postgresql.Driver"})
     source = os.path.join(spec["workdir"], "in")
     batch.write.parquet(source)
-    sink = PostgresSink(dsn=spec["dsn"], table=spec["ours_table"],
-                        marker_table=spec["marker"], create_table=True)
-    query = (spark.readStream.schema(TYPES_SCHEMA).parquet(source).writeStream
-             .foreachBatch(exactly_once(sink, name="types"))
-             .option("checkpointLocation", os.path.join(spec["workdir"], "ckpt"))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
+    sinks = {"ckpt": PostgresSink(dsn=spec["dsn"], table=spec["ours_table"],
+                                  marker_table=spec["marker"], create_table=True),
+             "ckpt-sql": SqlTableSink(url=spec["sql_url"], table=spec["sql_table"],
+                                      create_table=True)}
+    for checkpoint, sink in sinks.items():
+        query = (spark.readStream.schema(TYPES_SCHEMA).parquet(source).writeStream
+                 .foreachBatch(exactly_once(sink, name="types"))
+                 .option("checkpointLocation", os.path.join(spec["workdir"], checkpoint))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
     print("types job ok", flush=True)
     return end_job(spark)
 
