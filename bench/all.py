@@ -64,6 +64,9 @@ def cases(quick: bool) -> list[Case]:
                       r"ratio exactly_once/spark: ([0-9.]+)", 0.8))
     found.append(Case("kafka format vs foreachBatch", "kafka_sink.py", kafka, FORMAT_RATIO,
                       1.1))
+    found.append(Case("first batch of a fresh job, format vs foreachBatch, above Spark's "
+                      "floor", "first_batch.py", ("--repeats", "1" if quick else "3"),
+                      r"format above Spark's floor: ([0-9.-]+) ms", 1000, " ms"))
     for kind, target in (("classic", 25), ("connect", 50)):
         found.append(Case(f"per-batch overhead, tiny batches, {kind}", "overhead.py",
                           ("--batches", "20" if quick else "40"),

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .config import CoordinatorConfig, Guarantee
 from .errors import ConfigurationError, UnsupportedSparkError
-from .formatbatch import FormatQuery, PlannedBatch, run_task
-from .protocol import TransactionalSink
 from .sparkversion import check_pyspark
+
+if TYPE_CHECKING:  # imported where used: Spark imports a format where it needs only the class
+    import pyarrow as pa
+
+    from .formatbatch import FormatQuery, PlannedBatch
+    from .protocol import TransactionalSink
 
 try:  # pyspark >= 4.2; the module imports without it (the CLI, connectors' own tests)
     from pyspark.sql.datasource import (
@@ -245,6 +247,8 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
                 fix='use .outputMode("append"), or foreachBatch(exactly_once(...)); nothing '
                 "was written")
         check_pyspark()
+        from .formatbatch import FormatQuery
+
         query = FormatQuery(sink, settings.config, settings.max_partitions)
         planned = None if getattr(self, "_shipped", False) else query.plan(arrow)
         return FormatWriter(query, planned, arrow)
@@ -272,6 +276,8 @@ class FormatWriter(DataSourceStreamArrowWriter):  # type: ignore[misc, valid-typ
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPartition:
         from pyspark import TaskContext
+
+        from .formatbatch import run_task
 
         ctx = TaskContext.get()
         assert ctx is not None and self.planned is not None

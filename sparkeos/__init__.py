@@ -13,23 +13,45 @@ Or as a format of Spark's own, which installing sparkeos registers (else
 Connectors live in ``sparkeos.connectors.<name>`` and import their drivers lazily.
 """
 
+from typing import TYPE_CHECKING
 from typing import Any as _Any
 
-from sparkeos.core import (
-    BatchMetrics,
-    CommitLogError,
-    ConfigurationError,
-    DataLossError,
-    Guarantee,
-    RetriableError,
-    SchemaMismatchError,
-    SparkEOSError,
-    TransactionAbortedError,
-    TransactionalSink,
-    at_least_once,
-    exactly_once,
-    with_guarantee,
-)
+from sparkeos.core.lazy import lazy_exports as _lazy_exports
+
+if TYPE_CHECKING:
+    from sparkeos.core import (
+        BatchMetrics,
+        CommitLogError,
+        ConfigurationError,
+        DataLossError,
+        Guarantee,
+        RetriableError,
+        SchemaMismatchError,
+        SparkEOSError,
+        TransactionAbortedError,
+        TransactionalSink,
+        at_least_once,
+        exactly_once,
+        with_guarantee,
+    )
+
+# Imported on first use: Spark's own Python processes import the formats' plugin
+# modules, which need only the format classes (sparkeos.core.lazy).
+__getattr__ = _lazy_exports(__name__, {name: "sparkeos.core" for name in (
+    "BatchMetrics",
+    "CommitLogError",
+    "ConfigurationError",
+    "DataLossError",
+    "Guarantee",
+    "RetriableError",
+    "SchemaMismatchError",
+    "SparkEOSError",
+    "TransactionAbortedError",
+    "TransactionalSink",
+    "at_least_once",
+    "exactly_once",
+    "with_guarantee",
+)})
 
 __version__ = "0.1.0"
 

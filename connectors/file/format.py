@@ -7,12 +7,17 @@ a Python sink), and the ``sparkeos.*`` options every format shares
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.streamformat import Options, SinkFormat
 
-from .sink import FileSink
+if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
+    # needs only the class (sparkeos.core.lazy)
+    import pyarrow as pa
+
+    from .sink import FileSink
+
 
 PARTITION_BY = "sparkeos.partitionBy"
 """The partition columns, comma-separated: ``.option("sparkeos.partitionBy", "day")``."""
@@ -24,6 +29,8 @@ class ParquetFormat(SinkFormat):
     format_name = "sparkeos-parquet"
 
     def make_sink(self, options: Options, schema: pa.Schema) -> FileSink:
+        from .sink import FileSink
+
         return FileSink(path=options.require("path", '"/data/out"'), format="parquet",
                         compression=options.get("compression") or "snappy",
                         fsync=options.flag("sparkeos.fsync", True),
@@ -37,6 +44,8 @@ class JsonFormat(SinkFormat):
     format_name = "sparkeos-json"
 
     def make_sink(self, options: Options, schema: pa.Schema) -> FileSink:
+        from .sink import FileSink
+
         compression = (options.get("compression") or "none").lower()
         if compression not in ("none", "uncompressed"):
             raise ConfigurationError(

@@ -15,14 +15,18 @@ the key first, e.g. ``df.repartition(8, "id")``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import quote
-
-import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.streamformat import Options, SinkFormat
 
-from .sink import PostgresSink
+if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
+    # needs only the class (sparkeos.core.lazy)
+    import pyarrow as pa
+
+    from .sink import PostgresSink
+
 
 _JDBC = "jdbc:"
 
@@ -33,6 +37,8 @@ class PostgresFormat(SinkFormat):
     format_name = "sparkeos-postgres"
 
     def make_sink(self, options: Options, schema: pa.Schema) -> PostgresSink:
+        from .sink import PostgresSink
+
         return PostgresSink(
             dsn=postgres_uri(options.require("url", '"jdbc:postgresql://db:5432/shop"'),
                              options.get("user"), options.get("password")),

@@ -11,10 +11,26 @@ confluent-kafka is imported only when a sink talks to Kafka, so importing this
 package stays light. See ``sink`` for the modes and the commit protocol.
 """
 
-from sparkeos.core.records import RecordLayout
+from typing import TYPE_CHECKING
 
-from .sink import KafkaSink, default_staging_dir, read_topic
-from .source import kafka_source, spark_kafka_jars
+from sparkeos.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sparkeos.core.records import RecordLayout
+
+    from .sink import KafkaSink, default_staging_dir, read_topic
+    from .source import kafka_source, spark_kafka_jars
+
+# Imported on first use (sparkeos.core.lazy): Spark imports the format of this
+# connector in processes that need its class only.
+__getattr__ = lazy_exports(__name__, {
+    "KafkaSink": ".sink",
+    "RecordLayout": "sparkeos.core.records",
+    "default_staging_dir": ".sink",
+    "kafka_source": ".source",
+    "read_topic": ".sink",
+    "spark_kafka_jars": ".source",
+})
 
 __all__ = [
     "KafkaSink",

@@ -20,13 +20,16 @@ path with each task committing its own transaction.
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
 from sparkeos.core.streamformat import Options, SinkFormat
 
-from .config import DEFAULT_MARKER_TOPIC
-from .sink import KafkaSink
+if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
+    # needs only the class (sparkeos.core.lazy)
+    import pyarrow as pa
+
+    from .sink import KafkaSink
 
 
 class KafkaFormat(SinkFormat):
@@ -36,6 +39,9 @@ class KafkaFormat(SinkFormat):
     complete_mode_appends = True  # as Spark's kafka sink: each batch's whole table
 
     def make_sink(self, options: Options, schema: pa.Schema) -> KafkaSink:
+        from .config import DEFAULT_MARKER_TOPIC
+        from .sink import KafkaSink
+
         producer = options.with_prefix("kafka.")
         servers = producer.pop("bootstrap.servers", None)
         if not servers:

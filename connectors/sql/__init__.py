@@ -9,6 +9,17 @@
 SQLAlchemy is imported only when the sink talks to the database (extra ``sparkeos[sql]``).
 """
 
-from .sink import SqlTableSink
+from typing import TYPE_CHECKING
+
+from sparkeos.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .sink import SqlTableSink
+
+# Imported on first use (sparkeos.core.lazy): Spark imports the format of this
+# connector in processes that need its class only.
+__getattr__ = lazy_exports(__name__, {
+    "SqlTableSink": ".sink",
+})
 
 __all__ = ["SqlTableSink"]

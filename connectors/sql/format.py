@@ -12,11 +12,15 @@ local transaction.
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from sparkeos.core.streamformat import Options, SinkFormat
 
-from .sink import SqlTableSink
+if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
+    # needs only the class (sparkeos.core.lazy)
+    import pyarrow as pa
+
+    from .sink import SqlTableSink
 
 
 class SqlFormat(SinkFormat):
@@ -25,6 +29,8 @@ class SqlFormat(SinkFormat):
     format_name = "sparkeos-sql"
 
     def make_sink(self, options: Options, schema: pa.Schema) -> SqlTableSink:
+        from .sink import SqlTableSink
+
         return SqlTableSink(
             url=options.require("url", '"sqlite:////data/shop.db"'),
             table=options.require("dbtable", '"orders"'),

@@ -12,9 +12,27 @@ stomp.py is imported only when a connection is opened. See ``sink`` and ``source
 how each commits, and docs/connectors/stomp.md for the guarantees per broker.
 """
 
-from .client import Endpoint, StompClient, broker_kind, redact_url
-from .sink import StompSink, default_staging_dir
-from .source import StompSourceConfig, stomp_source
+from typing import TYPE_CHECKING
+
+from sparkeos.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .client import Endpoint, StompClient, broker_kind, redact_url
+    from .sink import StompSink, default_staging_dir
+    from .source import StompSourceConfig, stomp_source
+
+# Imported on first use (sparkeos.core.lazy): Spark imports the format of this
+# connector in processes that need its class only.
+__getattr__ = lazy_exports(__name__, {
+    "Endpoint": ".client",
+    "StompClient": ".client",
+    "StompSink": ".sink",
+    "StompSourceConfig": ".source",
+    "broker_kind": ".client",
+    "default_staging_dir": ".sink",
+    "redact_url": ".client",
+    "stomp_source": ".source",
+})
 
 __all__ = [
     "Endpoint",

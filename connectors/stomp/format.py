@@ -17,12 +17,15 @@ by every executor). Complete mode publishes every batch's whole result table.
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
-from sparkeos.core.staging import checkpoint_staging_dir
 from sparkeos.core.streamformat import Options, SinkFormat
 
-from .sink import StompSink
+if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
+    # needs only the class (sparkeos.core.lazy)
+    import pyarrow as pa
+
+    from .sink import StompSink
 
 
 class StompFormat(SinkFormat):
@@ -33,6 +36,10 @@ class StompFormat(SinkFormat):
     complete_mode_appends = True
 
     def make_sink(self, options: Options, schema: pa.Schema) -> StompSink:
+        from sparkeos.core.staging import checkpoint_staging_dir
+
+        from .sink import StompSink
+
         columns = set(schema.names)
         destination = options.get("destination")
         routing = options.get("sparkeos.destinationType") or "ANYCAST"

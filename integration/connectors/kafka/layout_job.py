@@ -54,6 +54,9 @@ def main(argv: list[str]) -> int:
     stream = spark.readStream.schema(SCHEMA).parquet(source)
     query = (to_topics(stream, spec["ours"]).writeStream.format("sparkeos-kafka")
              .option("kafka.bootstrap.servers", spec["bootstrap"])
+             # a name of its own: a sink with a topic column is known by its name on the
+             # shared marker topic, and each run of the test is a new query
+             .option("sparkeos.name", spec["name"])
              .option("checkpointLocation", os.path.join(spec["workdir"], "ckpt"))
              .trigger(availableNow=True).start())
     query.awaitTermination()

@@ -35,7 +35,8 @@ def test_records_are_the_bytes_sparks_kafka_sink_writes(kafka_bootstrap: str,
     for by_kind in topics.values():
         create_topic(kafka_bootstrap, by_kind["layout"], partitions=1)
         create_topic(kafka_bootstrap, by_kind["keyed"], partitions=KEYED_PARTITIONS)
-    spec = {"bootstrap": kafka_bootstrap, "workdir": str(tmp_path), **topics}
+    spec = {"bootstrap": kafka_bootstrap, "workdir": str(tmp_path),
+            "name": unique_name(str(tmp_path), "types"), **topics}
     result = run_spec_process("integration.connectors.kafka.layout_job", spec,
                               str(tmp_path / "spec.json"), cwd=REPO)
     assert result.returncode == 0 and "layout job ok" in result.stdout, result.tail(60)
