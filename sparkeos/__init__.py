@@ -35,24 +35,6 @@ if TYPE_CHECKING:
         with_guarantee,
     )
 
-# Imported on first use: Spark's own Python processes import the formats' plugin
-# modules, which need only the format classes (sparkeos.core.lazy).
-__getattr__ = _lazy_exports(__name__, {name: "sparkeos.core" for name in (
-    "BatchMetrics",
-    "CommitLogError",
-    "ConfigurationError",
-    "DataLossError",
-    "Guarantee",
-    "RetriableError",
-    "SchemaMismatchError",
-    "SparkEOSError",
-    "TransactionAbortedError",
-    "TransactionalSink",
-    "at_least_once",
-    "exactly_once",
-    "with_guarantee",
-)})
-
 __version__ = "0.1.0"
 
 
@@ -80,3 +62,8 @@ __all__ = [
     "register",
     "with_guarantee",
 ]
+
+# Imported on first use: Spark's own Python processes import the formats' plugin
+# modules, which need only the format classes (sparkeos.core.lazy).
+__getattr__ = _lazy_exports(__name__, {
+    name: "sparkeos.core" for name in __all__ if name not in ("__version__", "register")})
