@@ -65,8 +65,7 @@ from .staging import (
     JSON_COLUMN,
     PREPARED_MARK,
     StagedPart,
-    finish_partitioned,
-    json_lines,
+    finish,
     open_writer,
     write_rows,
 )
@@ -200,52 +199,36 @@ class FileSink(TransactionalSink[StagedPart]):
                        directory if files.is_local else "")
 
     def write(self, handle: StagedPart, batch: pa.RecordBatch) -> None:
-        if self.partition_by:
-            for directory, rows in layout.split(batch, self.partition_by):
-                writer = handle.writers.get(directory)
-                if writer is None:
-                    writer = handle.writers[directory] = open_writer(
-                        handle, rows.schema, self.format, self.compression, directory)
-                write_rows(writer, self.format, rows)
-            handle.content.update(layout.written_rows(batch))
-            handle.rows += batch.num_rows
-            return
-        if handle.writer is None:
-            handle.writer = open_writer(handle, batch.schema, self.format, self.compression)
-        if self.format == "parquet":
-            handle.writer.write_batch(batch)
-        else:
-            handle.writer.write(json_lines(batch))
-        handle.content.update(batch)
+        parts = (layout.split(batch, self.partition_by) if self.partition_by
+                 else [("", batch)])
+        for directory, rows in parts:
+            writer = handle.writers.get(directory)
+            if writer is None:
+                writer = handle.writers[directory] = open_writer(
+                    handle, rows.schema, self.format, self.compression, directory)
+            write_rows(writer, self.format, rows)
+        handle.content.update(layout.written_rows(batch))
         handle.rows += batch.num_rows
 
     def prepare(self, handle: StagedPart) -> Receipt:
-        if self.partition_by:
-            return self._prepare_partitioned(handle)
-        if handle.writer is None:
+        if not handle.writers:
             return {"file": None, "rows": 0}
-        handle.writer.close()
-        files, staged = self.files, posixpath.join(handle.directory, handle.file_name)
-        if handle.local_dir != handle.directory:
-            try:
-                files.upload_new(os.path.join(handle.local_dir, handle.file_name), staged)
-            finally:
-                shutil.rmtree(handle.local_dir, ignore_errors=True)
-        elif self.fsync:
-            files.make_durable(staged)
-            files.make_durable(handle.directory)
+        directories = finish(handle, self.files, self.fsync, bool(self.partition_by))
         written = handle.content.written()
-        return {"file": handle.file_name, "rows": handle.rows, "host": socket.gethostname(),
-                "final": self._published_name(handle.txn, written.fingerprint),
-                "written": written.as_json()}
+        receipt: Receipt = {
+            "file": handle.file_name, "rows": handle.rows, "host": socket.gethostname(),
+            "final": self._published_name(handle.txn, written.fingerprint),
+            "written": written.as_json()}
+        if self.partition_by:
+            receipt["dirs"] = directories
+        return receipt
 
     def abort(self, handle: StagedPart, txn: Transaction) -> None:
-        for writer in [handle.writer, *handle.writers.values()]:
-            if writer is not None:
-                try:
-                    writer.close()
-                except Exception:
-                    pass
+        for writer in handle.writers.values():
+            try:
+                writer.close()
+            except Exception:
+                pass
         if handle.local_dir and handle.local_dir != handle.directory:
             shutil.rmtree(handle.local_dir, ignore_errors=True)
         self.files.delete(handle.directory)
@@ -302,16 +285,6 @@ class FileSink(TransactionalSink[StagedPart]):
         # The sink name keeps two sinks of one query apart in a shared directory.
         return (f"part-{txn.query_key}-{txn.sink}-{txn.batch_id:010d}-{txn.partition:05d}"
                 f"{self.extension}")
-
-    def _prepare_partitioned(self, handle: StagedPart) -> Receipt:
-        if not handle.writers:
-            return {"file": None, "rows": 0}
-        directories = finish_partitioned(handle, self.files, self.fsync)
-        written = handle.content.written()
-        return {"file": handle.file_name, "dirs": directories, "rows": handle.rows,
-                "host": socket.gethostname(),
-                "final": self._published_name(handle.txn, written.fingerprint),
-                "written": written.as_json()}
 
     def _published_name(self, txn: Transaction, fingerprint: str) -> str:
         """The committed part file's name: it names the rows it holds, so a replay of
@@ -378,8 +351,8 @@ def read_output(path: str, format: str = "parquet") -> pa.Table:
         relative = posixpath.relpath(posixpath.dirname(inside), root)
         if relative != ".":
             for name, value in layout.partition_values(relative):
-                table = table.append_column(name, pa.array([value] * table.num_rows,
-                                                           pa.string()))
+                table = table.append_column(
+                    name, pa.repeat(pa.scalar(value, pa.string()), table.num_rows))
         tables.append(table)
     if not tables:
         return pa.table({})

@@ -28,7 +28,8 @@ PREPARED_MARK = ".prepared"
 
 @dataclass
 class StagedPart:
-    """An attempt's staging: its directory, its part file's name and writers."""
+    """An attempt's staging: its directory, its part file's name and writers (one per
+    partition directory, ``""`` for unpartitioned output)."""
 
     txn: Transaction
     directory: str
@@ -38,9 +39,8 @@ class StagedPart:
     """Where the part file is written: ``directory`` itself on a POSIX path, a
     temporary directory on this host for HDFS (made with the first row, uploaded at
     prepare; empty until then)."""
-    writer: Any = None
     writers: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Partitioned output: the writer of each partition directory's part file."""
+    """The writer of each partition directory's part file (``""``: the output's root)."""
     rows: int = 0
     content: Fingerprint = dataclasses.field(default_factory=Fingerprint)
 
@@ -73,22 +73,27 @@ def json_lines(batch: pa.RecordBatch) -> pa.Buffer:
     return lines_of(json_objects(batch))  # the format route, a runner without Spark
 
 
-def finish_partitioned(part: StagedPart, files: Files, fsync: bool) -> list[str]:
-    """Each partition directory's part file closed and durable (uploaded on HDFS), then
-    the attempt's mark that all of them are (what the sink's ``probe`` reads). Returns
-    the partition directories, sorted."""
+def finish(part: StagedPart, files: Files, fsync: bool, partitioned: bool) -> list[str]:
+    """Each part file closed and durable in the staging directory (uploaded there from
+    this host's disk on HDFS and object stores); for partitioned output then the
+    attempt's mark that all of them are (what the sink's ``probe`` reads: an
+    unpartitioned attempt's one file says it). Returns the directories, sorted."""
     directories = sorted(part.writers)
-    for directory in directories:
-        part.writers[directory].close()
-        staged = posixpath.join(part.directory, directory, part.file_name)
+    try:
+        for directory in directories:
+            part.writers[directory].close()
+            staged = posixpath.join(part.directory, directory, part.file_name)
+            if part.local_dir != part.directory:
+                files.upload_new(os.path.join(part.local_dir, directory, part.file_name),
+                                 staged)
+            elif fsync:
+                files.make_durable(staged)
+                files.make_durable(posixpath.dirname(staged))
+    finally:
         if part.local_dir != part.directory:
-            files.upload_new(os.path.join(part.local_dir, directory, part.file_name), staged)
-        elif fsync:
-            files.make_durable(staged)
-            files.make_durable(posixpath.dirname(staged))
-    if part.local_dir != part.directory:
-        shutil.rmtree(part.local_dir, ignore_errors=True)
-    files.create_new(posixpath.join(part.directory, PREPARED_MARK), b"")
-    if fsync:
-        files.make_durable(part.directory)
+            shutil.rmtree(part.local_dir, ignore_errors=True)
+    if partitioned:
+        files.create_new(posixpath.join(part.directory, PREPARED_MARK), b"")
+        if fsync:
+            files.make_durable(part.directory)
     return directories

@@ -38,11 +38,12 @@ float as a SQL literal, where ``-0.0`` is the number 0 (NaN and the infinities i
 quotes, and they are kept)."""
 
 
-def sqlalchemy_url(libpq_dsn: str) -> str:
-    dsn = psycopg2.extensions.parse_dsn(libpq_dsn)
-    return "postgresql+psycopg2://{user}:{password}@{host}:{port}/{dbname}".format(
-        port=dsn.get("port", 5432), password=dsn.get("password", ""),
-        **{k: dsn[k] for k in ("user", "host", "dbname")})
+def sqlalchemy_url(dsn: str) -> str:
+    """The server's DSN as SQLAlchemy's psycopg2 URL (as test_postgres_sink makes it)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(dsn).set(drivername="postgresql+psycopg2").render_as_string(
+        hide_password=False)
 
 
 def _columns(cur: Any, table: str) -> dict[str, str]:
