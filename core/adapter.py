@@ -88,7 +88,18 @@ class ForeachBatchAdapter:
                                                 writers=self.config.writers,
                                                 columns=part.task_columns())
                        for member, part in coordinator.members.items()}
-            metrics = coordinator.run_batch(int(batch_id), runners)
+            coordinator.run_batch(int(batch_id), runners, on_complete=self._completed)
+
+    def flush(self) -> None:
+        """Wait until every batch Spark saw end is committed (with ``overlap_commits``
+        the last one may still be committing in the background); raise the failure of
+        its commit. Without ``overlap_commits`` there is never anything to wait for."""
+        run = self._run
+        if run is not None and run.coordinator is not None:
+            run.coordinator.flush()
+
+    def _completed(self, metrics: BatchMetrics) -> None:
+        """A batch's records are committed (or it needed no commit)."""
         self.metrics.append(metrics)
         if self.on_batch is not None:
             self.on_batch(metrics)
@@ -100,6 +111,14 @@ class ForeachBatchAdapter:
         run = self._run
         if run is not None and run.coordinator is not None and key == run.key:
             return run.coordinator
+        if run is not None and run.coordinator is not None:
+            # A new run of the query in this process: the old run's background commit
+            # ends first (its failure is left to the new run's recovery, which commits
+            # the decided batch again).
+            try:
+                run.coordinator.flush()
+            except Exception:
+                pass
         self._run = QueryRun(key, lease=run.lease if run is not None else None)
         return self._run.open(df, self.sink, self.config, self._token)
 

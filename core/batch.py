@@ -10,6 +10,7 @@ the same step as always.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,21 +64,33 @@ class ExactlyOnceBatch:
     check_participants: bool = True
     """Ask each sink whether it takes the plan's participant count (off where the count
     is only an upper bound set by the user: the format route's ``maxPartitions``)."""
+    busy: frozenset[int] = frozenset()
+    """Batches whose phase 2 runs in the background (``core.overlap``): recovery
+    leaves them to it."""
+    held: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Per member, the participants of that background batch (still open)."""
 
-    def run(self) -> None:
+    def run(self, defer_commit: bool = False) -> BatchState | None:
+        """The batch, in order. With ``defer_commit``, stop at the decision and return
+        the decided state: its phase 2 (``commit``) is the caller's."""
         opened = self.open()
         if opened is None:
-            return
+            return None
         participants = self.prepare(opened)
         self.decide(opened.state, opened.run, participants, opened.schemas)
+        if defer_commit:
+            self.metrics.outcome = "decided"
+            return opened.state
         self.commit(opened.state)
+        self.scope.purge(self.batch_id)
+        return None
 
     def open(self) -> Opened | None:
         """Everything before phase 1: recovery, the checks, the plan and ``begun``.
         None when the batch needs no phase 1 (decided before, or without partitions)."""
         m = self.metrics
         t_recover = time.perf_counter()
-        m.recovered = self.recovery.recover(self.runners)
+        m.recovered = self.recovery.recover(self.runners, skip=self.busy)
         m.recover_ms = ms_since(t_recover)
         states = self.scope.load_states()
         state = states.get(self.batch_id)
@@ -108,7 +121,7 @@ class ExactlyOnceBatch:
         layout = member_layout(self.scope.members, self.runners)
         for member, part in self.scope.members.items():
             if layout[member][1] and self.check_participants:
-                part.check_participants(layout[member][1])
+                part.check_participants(layout[member][1] + self.held.get(member, 0))
         self.metrics.partitions = sum(count for _offset, count in layout.values())
         return layout
 
@@ -215,7 +228,6 @@ class ExactlyOnceBatch:
             ) from exc
         self.metrics.commit_ms = ms_since(t2)
         self.metrics.outcome = "committed"
-        self.scope.purge(self.batch_id)
 
 
 def run_direct(scope: Scope, recovery: Recovery, direct_run: int, batch_id: int,

@@ -71,6 +71,13 @@ class CoordinatorConfig:
     checkpoint): ``"refuse"`` (default: a ``ConfigurationError`` before anything is
     written) or ``"accept"`` (write anyway: the rows of the old query stay, and
     whatever this query re-processes is written again).
+    ``overlap_commits``: return to Spark once a batch is decided and run its phase 2
+    (the commits) in the background, beside the next batch's phase 1 (on the pool's
+    other slot). Throughput rises by up to the time of phase 2; the records of a batch
+    become visible after Spark saw the batch end (``BatchMetrics.visible_ms``), so
+    ``processAllAvailable()`` no longer means "committed": call the adapter's
+    ``flush()``. A failure of a background phase 2 stops the query at the next batch;
+    the batch stays decided and the next recovery commits it. Default ``False``.
     """
 
     name: str
@@ -82,6 +89,7 @@ class CoordinatorConfig:
     lease_ttl_s: float = 300.0
     existing_output: str = "refuse"
     writers: int | None = None
+    overlap_commits: bool = False
 
     def __post_init__(self) -> None:
         validate_sink_name(self.name)
@@ -113,6 +121,10 @@ class CoordinatorConfig:
                 f"writers={self.writers!r} must be a whole number >= 1", sink=self.name,
                 fix="leave it unset (the executors' cores) or give the number of "
                 "transactions that should write each batch")
+        if not isinstance(self.overlap_commits, bool):
+            raise ConfigurationError(
+                f"overlap_commits={self.overlap_commits!r} must be True or False",
+                sink=self.name)
         if not self.lease_ttl_s > 0:
             raise ConfigurationError(f"lease_ttl_s={self.lease_ttl_s} must be > 0",
                                      sink=self.name)

@@ -13,6 +13,7 @@ recovery, phase 2 and sweeps (``recovery``), the checks before a decision
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -22,10 +23,11 @@ from .batch import ExactlyOnceBatch, ms_since, run_direct
 from .checks import PreDecisionChecks
 from .commitlog import BatchState, CommitLog
 from .config import CoordinatorConfig, Guarantee
-from .errors import ConfigurationError, SparkEOSError
+from .errors import ConfigurationError, SparkEOSError, describe_cause
 from .faults import FaultPlan
 from .group import SINGLE, SinkGroup, members_of
 from .observe import BatchMetrics, log_event
+from .overlap import CommitsInFlight, Starter, start_thread
 from .protocol import Receipt, TransactionalSink
 from .recovery import Recovery
 from .scope import Scope
@@ -68,6 +70,7 @@ class Coordinator:
         log: CommitLog | None,
         query_key: str,
         faults: FaultPlan | None = None,
+        background: Starter = start_thread,
     ) -> None:
         members = members_of(sink)
         for member, part in members.items():
@@ -92,6 +95,7 @@ class Coordinator:
         self.checks = PreDecisionChecks(self.scope)
         self.recovery = Recovery(self.scope)
         self._direct_run = random.randrange(DIRECT_RUNS.start, DIRECT_RUNS.stop)
+        self.in_flight = CommitsInFlight(background)
 
     @property
     def name(self) -> str:
@@ -130,18 +134,28 @@ class Coordinator:
         return self.members[SINGLE]
 
     # -- public entry points ----------------------------------------------------------
-    def run_batch(self, batch_id: int, runner: Runners) -> BatchMetrics:
+    def run_batch(self, batch_id: int, runner: Runners,
+                  on_complete: Callable[[BatchMetrics], None] | None = None) -> BatchMetrics:
+        """Run one batch. With ``overlap_commits``, return once it is decided and commit
+        it in the background (``core.overlap``); ``on_complete`` gets the metrics once
+        its records are committed (at once without overlap)."""
         metrics = BatchMetrics(self.pool.query_key, self.name, batch_id,
                                self.config.guarantee.value)
         started = time.perf_counter()
         try:
+            self._await_earlier(batch_id, metrics)
             runners = self._runners(runner)
+            decided = None
             if self.config.guarantee is Guarantee.EXACTLY_ONCE:
-                ExactlyOnceBatch(self.scope, self.checks, self.recovery, batch_id, runners,
-                                 metrics).run()
+                batch = ExactlyOnceBatch(self.scope, self.checks, self.recovery, batch_id,
+                                         runners, metrics, busy=self.in_flight.busy,
+                                         held=self.in_flight.held)
+                decided = batch.run(defer_commit=self.config.overlap_commits)
             else:
                 run_direct(self.scope, self.recovery, self._direct_run, batch_id, runners,
                            metrics)
+            if decided is not None:
+                self._commit_in_background(batch, decided, started, on_complete)
         except BaseException as exc:
             self.batch_failed(batch_id, exc)
             raise
@@ -150,8 +164,58 @@ class Coordinator:
                   run=metrics.run, rows=metrics.rows, partitions=metrics.partitions,
                   prepare_ms=metrics.prepare_ms, decide_ms=metrics.decide_ms,
                   commit_ms=metrics.commit_ms, total_ms=metrics.total_ms,
-                  recover_ms=metrics.recover_ms)
+                  recover_ms=metrics.recover_ms, wait_ms=metrics.wait_ms or None)
+        if decided is None:
+            metrics.visible_ms = metrics.total_ms
+            if on_complete is not None:
+                on_complete(metrics)
         return metrics
+
+    def flush(self) -> None:
+        """Wait until the batch committing in the background (``overlap_commits``) is
+        committed; raise its failure."""
+        self.in_flight.wait()
+
+    def _await_earlier(self, batch_id: int, metrics: BatchMetrics) -> None:
+        """Before a batch: raise the failure of a background phase 2 that ended, and
+        wait for one still running on this batch's slot (or this batch itself)."""
+        self.in_flight.raise_failure()
+        busy = self.in_flight.batch_id
+        if busy is not None and (busy == batch_id
+                                 or self.pool.slot_of(busy) == self.pool.slot_of(batch_id)):
+            waited = time.perf_counter()
+            self.in_flight.wait()
+            metrics.wait_ms += ms_since(waited)
+
+    def _commit_in_background(self, batch: ExactlyOnceBatch, state: BatchState,
+                              started: float,
+                              on_complete: Callable[[BatchMetrics], None] | None) -> None:
+        """Phase 2 of a decided batch beside the next batch: after the batch before it
+        (records become visible in batch order; its failure is raised here)."""
+        metrics, batch_id = batch.metrics, batch.batch_id
+        waited = time.perf_counter()
+        self.in_flight.wait()
+        metrics.wait_ms += ms_since(waited)
+        self.scope.purge(batch_id)
+        held: dict[str, int] = {}
+        for member, _txn, _receipt in self.scope.decided_transactions(state):
+            held[member] = held.get(member, 0) + 1
+
+        def phase2() -> None:
+            try:
+                batch.commit(state)
+            except Exception as exc:
+                log_event("batch.commit_failed", logging.WARNING,
+                          **self.scope.fields(batch_id), cause=describe_cause(exc))
+                raise
+            metrics.visible_ms = ms_since(started)
+            log_event("batch.committed", **self.scope.fields(batch_id),
+                      commit_ms=metrics.commit_ms, visible_ms=metrics.visible_ms)
+            if on_complete is not None:
+                on_complete(metrics)
+
+        self.in_flight.start(batch_id, phase2, f"sparkeos-commit-{self.name}-{batch_id}",
+                             held)
 
     def recover(self, runner: Runners | None = None, *,
                 full: bool | None = None,

@@ -47,8 +47,10 @@ def enable_json_logging(level: int = logging.INFO) -> logging.Handler:
 class BatchMetrics:
     """What one batch cost. ``outcome`` is one of:
 
-    ``committed`` (written and committed now), ``replayed`` (a re-run of a batch already
-    decided: only its commits were finished, nothing new written), ``aborted``,
+    ``committed`` (written and committed now), ``decided`` (``overlap_commits``: its
+    phase 2 runs in the background; ``committed`` once it ended), ``replayed`` (a
+    re-run of a batch already decided: only its commits were finished, nothing new
+    written), ``aborted``,
     ``direct`` (at-least-once / none: committed by each task).
     """
 
@@ -67,6 +69,12 @@ class BatchMetrics:
     total_ms: float = 0.0
     recover_ms: float = 0.0
     """Time spent finishing earlier batches (``recovered``) before this one."""
+    wait_ms: float = 0.0
+    """Time this batch waited for an earlier batch's background phase 2
+    (``overlap_commits``)."""
+    visible_ms: float = 0.0
+    """From the batch's start until its records were committed: ``total_ms``, or
+    later with ``overlap_commits`` (phase 2 then ends after the batch returned)."""
     recovered: list[dict[str, Any]] = field(default_factory=list)
     replays_skipped: int = 0
     """Participants that found their (batch, partition) committed by an earlier run with

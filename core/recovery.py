@@ -32,12 +32,14 @@ class Recovery:
 
     def recover(self, runners: Mapping[str, BatchRunner], *,
                 full: bool | None = None,
-                guard: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+                guard: Callable[[], None] | None = None,
+                skip: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
         """Finish decided batches, abort runs left without an outcome, sweep leftovers
         (``Coordinator.recover`` says when ``full`` sweeps everything). ``guard`` runs
         after the log was read and before the first run is aborted, and may refuse by
         raising (an operator's recover checks there that no running query holds the
-        lease: a run begun by a live query was begun after its lease was written)."""
+        lease: a run begun by a live query was begun after its lease was written).
+        ``skip``: decided batches this process is committing in the background."""
         states = self.scope.load_states()
         full = not self.swept_all if full is None else full
         done: list[dict[str, Any]] = []
@@ -53,7 +55,7 @@ class Recovery:
                     done.append({"batch_id": state.batch_id, "action": "rolled_back"})
                     if not full:
                         self.sweep([state])
-            if state.needs_commit:
+            if state.needs_commit and state.batch_id not in skip:
                 self.commit_decided(state, runners, recovering=True)
                 done.append({"batch_id": state.batch_id, "action": "committed"})
         if full:
@@ -81,15 +83,19 @@ class Recovery:
             if not items:
                 continue
             runner = runners.get(member)
-            in_tasks = part.commit_location is CommitLocation.TASKS and runner is not None
+            # Recovery commits in this process too: the first Spark job of a restarted
+            # application waits for a Python worker to start (about 2 s), longer than
+            # publishing what one crashed batch staged.
+            in_tasks = (part.commit_location is CommitLocation.TASKS and runner is not None
+                        and not recovering)
             commit = CommitTask(part, recovering, self.scope.faults, in_tasks)
             if runner is not None and in_tasks:
                 runner.run_in_tasks(commit, items)
             else:
                 # In this process: sinks that commit on the driver, and sinks that commit
                 # in tasks when there is no Spark at hand (`sparkeos recover`, the format
-                # route's commit), which must reach the staged data (a shared directory
-                # or HDFS), else the sink says which host holds it.
+                # route's commit) or when recovering, which must reach the staged data (a
+                # shared directory or HDFS), else the sink says which host holds it.
                 self.commit_on_driver(commit, items, state.batch_id, first)
             first = False
         self.scope.faults.driver("after_all_commits", state.batch_id)

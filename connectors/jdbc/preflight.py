@@ -55,8 +55,9 @@ def check_participants(config: PostgresConfig, count: int) -> None:
     if not config.prepared_appends or limit is None or limit >= 2 * count:
         return
     raise ConfigurationError(
-        f"this batch has {count} participants, each holding a prepared transaction "
-        f"until phase 2 (and a retried or speculative attempt one more), but "
+        f"{count} participants would hold a prepared transaction at once until their "
+        f"phase 2 (this batch's, and with overlap_commits those of the batch still "
+        f"committing; a retried or speculative attempt holds one more), but "
         f"{config.target} allows max_prepared_transactions = {limit}: at least "
         f"{2 * count} are needed; nothing was written",
         fix=f"write with fewer transactions: exactly_once(..., writers={max(1, limit // 2)})"

@@ -64,6 +64,8 @@ from .replays import REPLAY_RULE, ReplayCases
 
 BEFORE_DECISION = ("after_begun", "after_all_prepared", "kill_driver_after_first_prepare")
 AFTER_ALL_COMMITS = ("after_all_commits", "after_finished")
+OVERLAP_POINTS = ("after_first_commit", "after_all_commits", "after_finished")
+"""The points of phase 2, which ``overlap_commits`` runs in the background."""
 CRASH_BATCH = 1
 SPECULATION_CONF = {
     "spark.speculation": "true",
@@ -215,6 +217,37 @@ class ConnectorConformance(RaceCases, ReplayCases):
             else:
                 assert "TransactionAbortedError" in failed.stderr, failed.tail()
             assert_exactly_once(self.visible_ids(workdir), self.ids_of_batches(aborted))
+        self.run_to_completion(spec)
+        assert_exactly_once(self.visible_ids(workdir), expected)
+
+    overlap_kill_points: tuple[str, ...] = OVERLAP_POINTS
+    """Where ``test_driver_killed_while_a_batch_commits_in_the_background`` kills the
+    driver, one point per batch."""
+
+    @pytest.mark.chaos
+    def test_driver_killed_while_a_batch_commits_in_the_background(self, workdir: str
+                                                                   ) -> None:
+        """``overlap_commits``: the driver is killed at each point of a batch's phase 2,
+        which runs on a thread beside the next batch's phase 1 (Spark may already count
+        the batch as done, and plan the next one). After each kill every earlier batch
+        is visible exactly once and no id twice; the restart finishes the batch first.
+        The last restart runs to the end: every id exactly once.
+
+        A batch after a kill may hold more than one input file: Spark's stream thread
+        goes on planning while the commit thread dies, and the restart reads on from
+        there. So the earlier batches are known by their files, not the later ones."""
+        points = self.overlap_kill_points
+        # After a kill the next batch may take two files: enough for every point.
+        expected = self.prepare_input(workdir, files=CRASH_BATCH + 2 * len(points) + 2)
+        spec = self.job(workdir)
+        spec.settings["overlap_commits"] = True
+        for batch_id, point in enumerate(points, start=CRASH_BATCH):
+            crashed = self.run(spec, fault=f"{point}@{batch_id}")
+            assert crashed.crashed, f"fault {point}@{batch_id} did not fire:\n{crashed.tail()}"
+            visible = self.visible_ids(workdir)
+            assert len(visible) == len(set(visible)), f"an id visible twice after {point}"
+            earlier = self.ids_of_batches(batch_id)  # in batches before this one
+            assert_exactly_once([i for i in visible if i in set(earlier)], earlier)
         self.run_to_completion(spec)
         assert_exactly_once(self.visible_ids(workdir), expected)
 
@@ -704,6 +737,7 @@ class SampledConformance:
 
     test_plain_foreachbatch_duplicates_under_the_same_crash = None
     test_driver_crash_then_restart = None
+    test_driver_killed_while_a_batch_commits_in_the_background = None
     test_speculative_attempts_on_a_cluster = None
     test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
     test_soak_many_tiny_batches_stay_bounded = None
@@ -717,6 +751,7 @@ class SampledConformance:
 
 
 SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_transaction_id",
+               "test_driver_killed_while_a_batch_commits_in_the_background",
                "test_recover_refuses_beside_a_long_batch",
                "test_end_to_end_several_batches",
                "test_at_least_once_task_killed_then_replayed_with_fewer_partitions",
@@ -750,6 +785,7 @@ class SampledDriverKills:
 
     driver_kill_points = SAMPLED_DRIVER_POINTS
     abort_after_kills = False
+    overlap_kill_points = ("after_first_commit",)
 
     test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
     test_recover_refuses_beside_a_long_batch = None  # the route's lease: the file sink's

@@ -399,6 +399,9 @@ def run_spec(spec: JobSpec, spark: Any, timeout: float | None = None) -> int:
              .trigger(availableNow=True).start())
     try:
         await_query(query, timeout, f"job {spec.name}")
+        flush = getattr(batch_fn, "flush", None)
+        if callable(flush):
+            flush()  # overlap_commits: the last batch may still be committing
     finally:
         close = getattr(target, "close", None)
         if callable(close):

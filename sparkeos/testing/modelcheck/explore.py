@@ -43,8 +43,10 @@ SMALL = Bound("small", (
     (Scenario("refused-first-schema", batches=1, refused_first_schema=True), ONE_FAULT),
     (Scenario("query", batches=2, max_failures=1), _budget(total=1, delays=1, stage=0)),
     (Scenario("sink-group", batches=1, group=True), ONE_FAULT),
+    (Scenario("query-overlap", batches=2, partitions=1, max_failures=1, overlap=True),
+     _budget(total=1, delays=1, stage=0, copy=0)),
 ))
-"""Runs in the normal test suite (about 4,000 schedules)."""
+"""Runs in the normal test suite (about 6,000 schedules)."""
 
 FULL = Bound("full", (
     (Scenario("two-sinks-one-name", batches=2, two_sinks_one_name=True), ONE_FAULT),
@@ -56,10 +58,13 @@ FULL = Bound("full", (
     (Scenario("sink-group", batches=2, group=True), ONE_FAULT),
     (Scenario("sink-group-commit-in-tasks", batches=2, group=True,
               commit_location=CommitLocation.TASKS), ONE_FAULT),
+    (Scenario("query-overlap", overlap=True), ONE_FAULT),
+    (Scenario("query-overlap-two-faults", batches=2, overlap=True), TWO_FAULTS),
 ))
-"""``./run modelcheck`` (about 35,000 schedules): 3 batches x 2 partitions with one
+"""``./run modelcheck`` (about 56,000 schedules): 3 batches x 2 partitions with one
 fault and one delay, in three shapes of the query; 2 batches with every pair of
-faults."""
+faults; the same with ``overlap_commits`` (each batch's phase 2 beside the next
+batch, a crash inside it too)."""
 
 BOUNDS = {b.name: b for b in (SMALL, FULL)}
 

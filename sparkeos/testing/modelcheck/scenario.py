@@ -72,6 +72,9 @@ class Scenario:
     group: bool = False
     """Two sinks under one decision (a ``SinkGroup``): member ``b`` plans one partition
     fewer than ``a`` (at least one), both write every id."""
+    overlap: bool = False
+    """``overlap_commits``: each batch's phase 2 is an actor of its own (the driver's
+    background thread), beside the next batch; a crash there kills the driver."""
 
     def ids(self, batch_id: int) -> list[int]:
         return [batch_id * 100 + i for i in range(3)]
@@ -190,6 +193,9 @@ class World:
         self.violations: list[str] = []
         self.refused = False
         self.states: set[int] = set()
+        self.dead: set[str] = set()
+        """Driver runs that crashed: their background phase 2 dies with them."""
+        self.owners: dict[Actor, str] = {}
         self._read_log: tuple[int, dict[int, Any]] | None = None
         sched.on_turn = self.on_turn
         sched.on_step = self.on_step
@@ -198,9 +204,19 @@ class World:
     def on_turn(self, actor: Actor, label: str) -> None:
         sched = self.sched
         if actor.kind == "driver":
+            if actor.name in self.dead:
+                raise Killed(actor.name)  # its background phase 2 crashed the process
             if sched.inject("recover", f"sparkeos recover --force before {label}"):
                 sched.spawn(f"recover@{len(sched.actors)}", self.racing_recover, "recover")
             if sched.inject("crash", f"{actor.name} dies before {label}"):
+                self.dead.add(actor.name)
+                raise Killed(actor.name)
+        elif actor.kind == "phase2":
+            owner = self.owners[actor]
+            if owner in self.dead:
+                raise Killed(actor.name)  # the driver process died
+            if sched.inject("crash", f"{owner} dies in {actor.name} before {label}"):
+                self.dead.add(owner)
                 raise Killed(actor.name)
         elif actor.kind == "task":
             job, partition = self.tasks[actor]
@@ -244,20 +260,30 @@ class World:
         return None
 
     # -- actors ----------------------------------------------------------------------------
-    def coordinator(self, system: ModelSystem) -> Coordinator:
+    def coordinator(self, system: ModelSystem, overlap: bool = False) -> Coordinator:
         config = CoordinatorConfig(name=SINK, commit_parallelism=1,
-                                   task_attempts=self.scenario.task_attempts)
+                                   task_attempts=self.scenario.task_attempts,
+                                   overlap_commits=overlap)
         if self.scenario.group:
             group = SinkGroup({s.name.lower(): ModelSink(s, self.scenario.commit_location)
                                for s in self.systems})
-            return Coordinator(group, config, self.log, QUERY_KEY)
+            return Coordinator(group, config, self.log, QUERY_KEY,
+                               background=self.start_phase2)
         sink = ModelSink(system, self.scenario.commit_location)
-        return Coordinator(sink, config, self.log, QUERY_KEY)
+        return Coordinator(sink, config, self.log, QUERY_KEY, background=self.start_phase2)
 
-    def coordinators(self) -> list[Coordinator]:
+    def start_phase2(self, name: str, work: Callable[[], None]) -> _ActorRunning:
+        """The coordinator's background thread: an actor of the driver that starts it."""
+        owner = self.sched.current
+        assert owner is not None
+        actor = self.sched.spawn(name, work, "phase2")
+        self.owners[actor] = owner.name
+        return _ActorRunning(self.sched, actor)
+
+    def coordinators(self, overlap: bool = False) -> list[Coordinator]:
         """One per adapter of the query: a group has one for all its members."""
         systems = self.systems[:1] if self.scenario.group else self.systems
-        return [self.coordinator(system) for system in systems]
+        return [self.coordinator(system, overlap) for system in systems]
 
     def runners(self, batch_id: int, partitions: int, schema: pa.Schema) -> Any:
         if not self.scenario.group:
@@ -277,7 +303,7 @@ class World:
 
     def drive(self, run: int, partitions: int, result: dict[str, Any]) -> None:
         scenario = self.scenario
-        coordinators = self.coordinators()
+        coordinators = self.coordinators(scenario.overlap)
         try:
             for token in range(len(coordinators)):
                 # Both adapters of the two-sinks scenario carry the same name.
@@ -364,6 +390,20 @@ class _Snapshot(ModelStore):
 
 def _done(actor: Actor) -> bool:
     return actor.state == "done"
+
+
+class _ActorRunning:
+    """A background phase 2 as the coordinator sees it (``core.overlap.Running``)."""
+
+    def __init__(self, sched: Scheduler, actor: Actor) -> None:
+        self.sched = sched
+        self.actor = actor
+
+    def done(self) -> bool:
+        return _done(self.actor)
+
+    def wait(self) -> None:
+        self.sched.point(f"await {self.actor.name}", self.done)
 
 
 def _reject_string_ids(schema: pa.Schema) -> str | None:

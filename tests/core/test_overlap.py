@@ -1,0 +1,187 @@
+"""``overlap_commits``: a batch's phase 2 beside the next batch's phase 1."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from sparkeos.core.commitlog import CommitLog
+from sparkeos.core.config import CoordinatorConfig
+from sparkeos.core.coordinator import Coordinator
+from sparkeos.core.errors import RetriableError
+from sparkeos.core.faults import DRIVER_POINTS, FaultPlan, InjectedCrash
+from sparkeos.core.observe import BatchMetrics
+from sparkeos.core.overlap import Running, Starter, start_thread
+from sparkeos.core.protocol import Receipt, Transaction
+from tests.support.memory import ListRunner, MemorySink, MemoryStore, MemorySystem
+
+BATCHES = [[[1, 2], [3]], [[4], [5, 6]], [[7, 8, 9], []], [[10], [11]]]
+ALL_IDS = list(range(1, 12))
+
+
+class Held:
+    """A ``Starter`` that runs the background work only when it is awaited: every
+    step of the overlap happens where the test can see it."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def __call__(self, name: str, work: Callable[[], None]) -> Running:
+        self.started.append(name)
+        return _HeldRun(work)
+
+
+class _HeldRun:
+    def __init__(self, work: Callable[[], None]) -> None:
+        self.work = work
+        self.ran = False
+
+    def done(self) -> bool:
+        return self.ran
+
+    def wait(self) -> None:
+        if not self.ran:
+            self.ran = True
+            self.work()
+
+
+def overlapping(system: MemorySystem, log: CommitLog, background: Starter = start_thread,
+                faults: FaultPlan | None = None,
+                sink: MemorySink | None = None) -> Coordinator:
+    config = CoordinatorConfig(name="mem", overlap_commits=True)
+    return Coordinator(sink or MemorySink(system), config, log, "q1", faults,
+                       background=background)
+
+
+def test_a_batch_returns_decided_and_commits_beside_the_next_one():
+    system, log, held = MemorySystem(), CommitLog(MemoryStore()), Held()
+    coord = overlapping(system, log, held)
+    done: list[BatchMetrics] = []
+    first = coord.run_batch(0, ListRunner(BATCHES[0]), on_complete=done.append)
+    assert first.outcome == "decided" and system.visible == [] and done == []
+    assert log.batches()[0].needs_commit
+    # Batch 1's phase 1 runs while batch 0 is still to be committed; batch 0's phase 2
+    # ends before batch 1's starts (records visible in batch order).
+    second = coord.run_batch(1, ListRunner(BATCHES[1]), on_complete=done.append)
+    assert sorted(system.visible) == [1, 2, 3] and len(system.prepared) == 2
+    assert [m.batch_id for m in done] == [0] and done[0].outcome == "committed"
+    assert done[0].visible_ms >= done[0].total_ms > 0
+    assert second.outcome == "decided"
+    coord.flush()
+    assert sorted(system.visible) == [1, 2, 3, 4, 5, 6] and not system.prepared
+    assert [m.batch_id for m in done] == [0, 1]
+    assert held.started == ["sparkeos-commit-mem-0", "sparkeos-commit-mem-1"]
+    assert all(s.status == "finished" for s in log.batches().values())
+
+
+def test_a_batch_on_the_slot_of_one_still_committing_waits_for_it():
+    """Batch 2 reuses batch 0's slot: after an empty batch 1 (which waited for nothing),
+    it waits for batch 0's phase 2 instead of finding the slot held."""
+    system, log, held = MemorySystem(), CommitLog(MemoryStore()), Held()
+    coord = overlapping(system, log, held)
+    coord.run_batch(0, ListRunner(BATCHES[0]))
+    assert coord.run_batch(1, ListRunner([])).outcome == "committed"
+    assert system.visible == []
+    third = coord.run_batch(2, ListRunner(BATCHES[2]))
+    assert sorted(system.visible) == [1, 2, 3] and third.wait_ms >= 0
+    coord.flush()
+    assert sorted(system.visible) == [1, 2, 3, 7, 8, 9]
+
+
+class FailingOnce(MemorySink):
+    """A destination that fails batch 0's first commit (unreachable for a moment)."""
+
+    def __init__(self, system: MemorySystem) -> None:
+        super().__init__(system)
+        self.failed = False
+
+    def commit(self, txn: Transaction, receipt: Receipt) -> None:
+        if txn.batch_id == 0 and not self.failed:
+            self.failed = True
+            raise ConnectionError("destination unreachable")
+        super().commit(txn, receipt)
+
+
+def test_a_failed_background_commit_stops_the_next_batch_and_is_not_lost():
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = overlapping(system, log, Held(), sink=FailingOnce(system))
+    coord.run_batch(0, ListRunner(BATCHES[0]))
+    with pytest.raises(RetriableError) as raised:
+        coord.run_batch(1, ListRunner(BATCHES[1]))
+    assert "phase 2 (commit) failed" in raised.value.problem
+    assert raised.value.batch_id == 0 and "destination unreachable" in raised.value.problem
+    # Both batches stay decided; the restarted query commits them before anything else.
+    states = log.batches()
+    assert states[0].needs_commit and states[1].needs_commit
+    restarted = overlapping(system, log, Held())
+    metrics = restarted.run_batch(2, ListRunner(BATCHES[2]))
+    assert [r["batch_id"] for r in metrics.recovered] == [0, 1]
+    restarted.flush()
+    assert sorted(system.visible) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_flush_raises_the_failure_of_the_last_batch():
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = overlapping(system, log, sink=FailingOnce(system))
+    coord.run_batch(0, ListRunner(BATCHES[0]))
+    with pytest.raises(RetriableError):
+        coord.flush()
+    coord.flush()  # raised once: nothing left in flight
+
+
+@pytest.mark.parametrize("point", DRIVER_POINTS)
+@pytest.mark.parametrize("crash_batch", [0, 3])
+def test_crash_at_every_point_with_a_batch_in_flight_then_restart(point, crash_batch):
+    """The driver dies at each point, phase 2 running on a thread beside the next
+    batch (for the last batch, beside nothing: the process ends); Spark counts every
+    batch that returned as done. The restarted query loses and duplicates nothing.
+
+    A batch Spark counts as done is not run again: its commits are finished by the
+    restarted query's next batch (here one more, of new input), as recovery does."""
+    system, log, spark_committed = MemorySystem(), CommitLog(MemoryStore()), []
+    faults = FaultPlan(point, crash_batch, simulate=True)
+
+    def run(faults: FaultPlan | None, plan: list[list[list[int]]]) -> None:
+        coord = overlapping(system, log, faults=faults)
+        try:
+            for batch_id, partitions in enumerate(plan):
+                if batch_id not in spark_committed:
+                    coord.run_batch(batch_id, ListRunner(partitions))
+                    spark_committed.append(batch_id)
+        finally:
+            coord.flush()  # the process ends only when its commit thread has
+
+    with pytest.raises(InjectedCrash):
+        run(faults, BATCHES)
+    run(None, [*BATCHES, [[12]]])
+    assert sorted(system.visible) == [*ALL_IDS, 12], point
+    assert not system.prepared
+
+
+class Counting(MemorySink):
+    def __init__(self, system: MemorySystem) -> None:
+        super().__init__(system)
+        self.asked: list[int] = []
+
+    def check_participants(self, count: int) -> None:
+        self.asked.append(count)
+
+
+def test_a_sink_is_asked_for_the_transactions_open_at_once():
+    """A destination with a limit on open transactions (PostgreSQL's prepared ones)
+    counts those of the batch still committing beside the next."""
+    system, log, held = MemorySystem(), CommitLog(MemoryStore()), Held()
+    sink = Counting(system)
+    coord = overlapping(system, log, held, sink=sink)
+    coord.run_batch(0, ListRunner(BATCHES[0]))
+    coord.run_batch(1, ListRunner(BATCHES[1]))
+    assert sink.asked == [2, 4]
+    coord.flush()
+
+
+def test_overlap_commits_must_be_a_boolean():
+    from sparkeos.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="overlap_commits"):
+        CoordinatorConfig(name="mem", overlap_commits="yes")  # type: ignore[arg-type]
