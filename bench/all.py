@@ -67,6 +67,15 @@ def cases(quick: bool) -> list[Case]:
                       kafka, r"ratio overlap/spark: ([0-9.]+)", 1.0))
     found.append(Case("kafka format vs foreachBatch", "kafka_sink.py", kafka, FORMAT_RATIO,
                       1.1))
+    kafka8 = (*kafka, "--partitions", "8", "--topic-partitions", "4")
+    found.append(Case("kafka staged, 8 partitions, vs Spark's Kafka sink", "kafka_sink.py",
+                      kafka8, r"ratio exactly_once/spark: ([0-9.]+)", 1.0))
+    found.append(Case("kafka staged, overlap_commits, 8 partitions, vs Spark's Kafka sink",
+                      "kafka_sink.py", kafka8, r"ratio overlap/spark: ([0-9.]+)", 1.0))
+    found.append(Case("file parquet, 200 partitions, format on a coalesced stream vs "
+                      "foreachBatch", "file_sink.py",
+                      (*file_args, "--format", "parquet", "--partitions", "200"),
+                      r"ratio format coalesced/foreachBatch: ([0-9.]+)", 1.1))
     found.append(Case("first batch of a fresh job, format vs foreachBatch, above Spark's "
                       "floor", "first_batch.py", ("--repeats", "1" if quick else "3"),
                       r"format above Spark's floor: ([0-9.-]+) ms", 1000, " ms"))

@@ -12,6 +12,11 @@ Both modes read the same streaming input (one pre-generated Parquet file per mic
   (``"json"``) with ``path``.
 * ``format``:       the same sink through Spark's Python streaming writer,
   ``writeStream.format("sparkeos-parquet")`` (``"sparkeos-json"``); exactly-once.
+* ``format_coalesced``: ``format`` after ``.coalesce(<cores>)`` on the stream (what the
+  docs advise where a batch has many small partitions).
+* ``python_floor``: a Python streaming sink that writes nothing (``bench/_floor.py``):
+  what Spark's Python data source route costs at this partitioning before any sink
+  does anything; ``ratio format/python floor`` is the format's cost above it.
 
 Each full query (start -> awaitTermination) is timed; the modes run alternately for
 ``--repeats`` rounds (the order rotates every round) and medians are reported. The last
@@ -50,11 +55,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from _split import adapter_split  # bench/ is the script's directory
+from _floor import noop_source  # bench/ is the script's directory
+from _split import adapter_split
 
 SCHEMA_DDL = "id long, payload string, value double, ts {ts_type}"
-MODES = ("exactly_once", "plain", "plain_coalesced", "spark_sink", "format")
-EXACTLY_ONCE = ("exactly_once", "format")
+MODES = ("exactly_once", "plain", "plain_coalesced", "spark_sink", "format", "format_coalesced",
+         "python_floor")
+EXACTLY_ONCE = ("exactly_once", "format", "format_coalesced")
 PLAIN_MODES = ("plain", "plain_coalesced", "spark_sink")
 _ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" * 3
 
@@ -126,8 +133,13 @@ def run_query(spark: Any, mode: str, fmt: str, input_dir: str, out: str, checkpo
     if mode == "spark_sink":  # Spark's own streaming file sink (its own commit log)
         writer = source.writeStream.format("parquet" if fmt == "parquet" else "json") \
             .option("path", out)
-    elif mode == "format":  # the same sink as exactly_once, through Spark's own API
+    elif mode == "python_floor":  # a Python streaming sink that writes nothing
+        spark.dataSource.register(noop_source())
+        writer = source.writeStream.format("bench-noop")
+    elif mode in ("format", "format_coalesced"):  # the same sink, through Spark's own API
         name = "sparkeos-parquet" if fmt == "parquet" else "sparkeos-json"
+        if mode == "format_coalesced":
+            source = source.coalesce(spark.sparkContext.defaultParallelism)
         writer = (source.writeStream.format(name)
                   .option("path", out).option("sparkeos.fsync", str(fsync).lower()))
     else:
@@ -260,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             ckpt = f"{base}/ckpt-{tag}-{mode}"
             result = run_query(spark, mode, args.format, input_dir, out, ckpt,
                                args.partitions, fsync, args.ts_type)
-            rows, distinct = count_output(mode, args.format, out)
+            rows, distinct = (count_output(mode, args.format, out)
+                              if mode != "python_floor" else (result.rows, -1))
             remove(out)
             remove(ckpt)
             if mode in EXACTLY_ONCE and not (rows == distinct == expected):
@@ -297,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         fastest = min(PLAIN_MODES, key=lambda m: seconds[m])
         print(f"fastest plain write: {fastest}")
         print(f"ratio format/foreachBatch: {seconds['format'] / seconds['exactly_once']:.2f}")
+        print(f"ratio format/python floor: {seconds['format'] / seconds['python_floor']:.2f}")
+        print(f"ratio format coalesced/foreachBatch: "
+              f"{seconds['format_coalesced'] / seconds['exactly_once']:.2f}")
         print(f"ratio exactly_once/plain: {seconds['exactly_once'] / seconds[fastest]:.2f}")
         return 0
     finally:

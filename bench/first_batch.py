@@ -38,40 +38,9 @@ import tempfile
 import time
 from typing import Any
 
+from _floor import noop_source  # bench/ is the script's directory
+
 MODES = ("spark_sink", "foreachBatch", "format", "noop_foreachBatch", "noop_format")
-
-
-def _noop_source() -> type:
-    """A Python streaming sink that writes nothing: Spark's own cost of the route."""
-    from pyspark.sql.datasource import (
-        DataSource,
-        DataSourceStreamArrowWriter,
-        WriterCommitMessage,
-    )
-
-    class Counted(WriterCommitMessage):  # type: ignore[misc]
-        def __init__(self, rows: int) -> None:
-            self.rows = rows
-
-    class NoopWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
-        def write(self, iterator: Any) -> Counted:
-            return Counted(sum(batch.num_rows for batch in iterator))
-
-        def commit(self, messages: Any, batchId: int) -> None:
-            pass
-
-        def abort(self, messages: Any, batchId: int) -> None:
-            pass
-
-    class NoopSink(DataSource):  # type: ignore[misc]
-        @classmethod
-        def name(cls) -> str:
-            return "bench-noop"
-
-        def streamWriter(self, schema: Any, overwrite: bool) -> NoopWriter:
-            return NoopWriter()
-
-    return NoopSink
 
 
 def _count_in_python(df: Any, batch_id: int) -> None:
@@ -98,7 +67,7 @@ def child(mode: str, work: str) -> int:
     if mode == "spark_sink":
         writer = source.writeStream.format("parquet").option("path", out)
     elif mode == "noop_format":
-        spark.dataSource.register(_noop_source())
+        spark.dataSource.register(noop_source())
         writer = source.writeStream.format("bench-noop")
     elif mode == "noop_foreachBatch":
         writer = source.writeStream.foreachBatch(_count_in_python)

@@ -286,3 +286,21 @@ def test_a_batch_holds_the_lease_from_its_planning_until_its_commit(tmp_path: An
     assert lease_held(log.read_lease())
     query(checkpoint, out).abort(1, [None])
     assert log.read_lease()["released"] and log.read_lease()["batch"] == 1
+
+
+def test_a_batch_of_many_partitions_is_warned_about_once(caplog):
+    """Spark's Python writer costs a task per partition: the route says how to merge
+    them, once per sink."""
+    import logging
+
+    from sparkeos.core import formatbatch
+
+    fields = {"query": "q", "sink": "many-partitions-sink", "batch": 3}
+    with caplog.at_level(logging.WARNING, logger="sparkeos"):
+        formatbatch.warn_many_partitions(fields, formatbatch.MANY_PARTITIONS)
+        assert not caplog.records
+        formatbatch.warn_many_partitions(fields, 200)
+        formatbatch.warn_many_partitions({**fields, "batch": 4}, 200)
+    warned = [r for r in caplog.records if "format.many_partitions" in r.getMessage()]
+    assert len(warned) == 1 and "coalesce" in warned[0].getMessage()
+    assert warned[0].sparkeos["partitions"] == 200
