@@ -82,7 +82,6 @@ class ExactlyOnceBatch:
             self.metrics.outcome = "decided"
             return opened.state
         self.commit(opened.state)
-        self.scope.purge(self.batch_id)
         return None
 
     def open(self) -> Opened | None:
@@ -211,8 +210,10 @@ class ExactlyOnceBatch:
         self.scope.faults.decided(self.batch_id)
         self.scope.faults.driver("after_decided", self.batch_id)
 
-    def commit(self, state: BatchState) -> None:
-        """Phase 2: every participant commits; a failure leaves the batch decided."""
+    def commit(self, state: BatchState, purge: bool = True) -> None:
+        """Phase 2: every participant commits; a failure leaves the batch decided.
+        ``purge``: then drop records past the retention window (not from a background
+        thread: the caller purged before starting it)."""
         t2 = time.perf_counter()
         try:
             self.recovery.commit_decided(state, self.runners, recovering=False)
@@ -228,6 +229,8 @@ class ExactlyOnceBatch:
             ) from exc
         self.metrics.commit_ms = ms_since(t2)
         self.metrics.outcome = "committed"
+        if purge:
+            self.scope.purge(self.batch_id)
 
 
 def run_direct(scope: Scope, recovery: Recovery, direct_run: int, batch_id: int,

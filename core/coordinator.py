@@ -183,9 +183,13 @@ class Coordinator:
         busy = self.in_flight.batch_id
         if busy is not None and (busy == batch_id
                                  or self.pool.slot_of(busy) == self.pool.slot_of(batch_id)):
-            waited = time.perf_counter()
-            self.in_flight.wait()
-            metrics.wait_ms += ms_since(waited)
+            self._wait_for_earlier(metrics)
+
+    def _wait_for_earlier(self, metrics: BatchMetrics) -> None:
+        """Wait for the batch in flight (raising its failure), timed as ``wait_ms``."""
+        waited = time.perf_counter()
+        self.in_flight.wait()
+        metrics.wait_ms += ms_since(waited)
 
     def _commit_in_background(self, batch: ExactlyOnceBatch, state: BatchState,
                               started: float,
@@ -193,9 +197,7 @@ class Coordinator:
         """Phase 2 of a decided batch beside the next batch: after the batch before it
         (records become visible in batch order; its failure is raised here)."""
         metrics, batch_id = batch.metrics, batch.batch_id
-        waited = time.perf_counter()
-        self.in_flight.wait()
-        metrics.wait_ms += ms_since(waited)
+        self._wait_for_earlier(metrics)
         self.scope.purge(batch_id)
         held: dict[str, int] = {}
         for member, _txn, _receipt in self.scope.decided_transactions(state):
@@ -203,7 +205,7 @@ class Coordinator:
 
         def phase2() -> None:
             try:
-                batch.commit(state)
+                batch.commit(state, purge=False)
             except Exception as exc:
                 log_event("batch.commit_failed", logging.WARNING,
                           **self.scope.fields(batch_id), cause=describe_cause(exc))

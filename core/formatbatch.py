@@ -237,7 +237,6 @@ class FormatQuery:
             # Decided before (a restart, or Spark calling commit again): finish it.
             if state.needs_commit:
                 batch.commit(state)
-                scope.purge(batch_id)
             metrics.outcome = "replayed"
             return
         if run not in state.begun:
@@ -250,7 +249,6 @@ class FormatQuery:
         participants = batch.accept(opened, [dict(r) for r in results])
         batch.decide(state, int(run), participants, opened.schemas)
         batch.commit(state)
-        scope.purge(batch_id)
         self._abort_other_runs(batch_id, keep=int(run))
 
     def abort(self, batch_id: int, results: Sequence[TaskResult | None]) -> None:

@@ -249,7 +249,8 @@ class ConnectorConformance(RaceCases, ReplayCases):
             visible = self.visible_ids(workdir)
             assert len(visible) == len(set(visible)), f"an id visible twice after {point}"
             earlier = self.ids_of_batches(batch_id)  # in batches before this one
-            assert_exactly_once([i for i in visible if i in set(earlier)], earlier)
+            known = set(earlier)
+            assert_exactly_once([i for i in visible if i in known], earlier)
         self.run_to_completion(spec)
         assert_exactly_once(self.visible_ids(workdir), expected)
 
