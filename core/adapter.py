@@ -14,12 +14,14 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from . import onstart
 from .commitlog import CommitLog
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
 from .errors import ConfigurationError
 from .group import SinkGroup
 from .observe import BatchMetrics
+from .onstart import Finishing
 from .protocol import TransactionalSink
 from .queryrun import _NAME_CLAIMS as _NAME_CLAIMS  # re-exported: tests reset it
 from .queryrun import QueryRun, claim_log
@@ -55,6 +57,11 @@ class ForeachBatchAdapter:
         self._run: QueryRun | None = None
         self._token = uuid.uuid4().hex
         self._lock = threading.Lock()
+        self._finishing: dict[str, Finishing] = {}
+        self._finishing_lock = threading.Lock()
+        if config.overlap_commits and config.guarantee is Guarantee.EXACTLY_ONCE:
+            # A restart without new input runs no batch: finish at the start instead.
+            onstart.watch(self)
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark Connect cloudpickles the foreachBatch function to a server-side Python
@@ -62,7 +69,7 @@ class ForeachBatchAdapter:
         # (its commit log, lease and coordinator are rebuilt, with recovery, on the
         # first batch there).
         state = dict(self.__dict__)
-        for transient in ("_lock", "_run"):
+        for transient in ("_lock", "_run", "_finishing", "_finishing_lock"):
             state.pop(transient, None)
         return state
 
@@ -70,6 +77,8 @@ class ForeachBatchAdapter:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._run = None
+        self._finishing = {}
+        self._finishing_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -93,10 +102,31 @@ class ForeachBatchAdapter:
     def flush(self) -> None:
         """Wait until every batch Spark saw end is committed (with ``overlap_commits``
         the last one may still be committing in the background); raise the failure of
-        its commit. Without ``overlap_commits`` there is never anything to wait for."""
+        its commit. Without ``overlap_commits`` there is never anything to wait for.
+        It also waits for what a query's start commits (``core.onstart``)."""
+        failure = self._await_finishing(None)
         run = self._run
         if run is not None and run.coordinator is not None:
             run.coordinator.flush()
+        if failure is not None:
+            raise failure
+
+    def query_started(self, session: Any, query_id: str) -> None:
+        """A query of the session started (``core.onstart``): commit what a crash left
+        decided in this sink's log under its checkpoint, before its first batch."""
+        with self._finishing_lock:
+            if query_id not in self._finishing:
+                self._finishing[query_id] = Finishing(session, self.sink, self.config,
+                                                      query_id)
+
+    def _await_finishing(self, query_id: str | None) -> BaseException | None:
+        """Wait for the start of ``query_id`` (None: of every query) to be finished;
+        its failure, if any."""
+        with self._finishing_lock:
+            finishing = [self._finishing.pop(q) for q in list(self._finishing)
+                         if query_id is None or q == query_id]
+        failures = [f.wait() for f in finishing]
+        return next((f for f in failures if f is not None), None)
 
     def _completed(self, metrics: BatchMetrics) -> None:
         """A batch's records are committed (or it needed no commit)."""
@@ -119,6 +149,9 @@ class ForeachBatchAdapter:
                 run.coordinator.flush()
             except Exception:
                 pass
+        if key[0] is not None:
+            # Its failure is the new run's recovery's to meet again (and raise).
+            self._await_finishing(key[0])
         self._run = QueryRun(key, lease=run.lease if run is not None else None)
         return self._run.open(df, self.sink, self.config, self._token)
 

@@ -268,6 +268,12 @@ def sink_log_location(checkpoint_location: str, sink: str) -> str:
     return f"{checkpoint_location.rstrip('/')}/{SINK_LOGS_DIR}/{sink}"
 
 
+def checkpoint_of_log(log_location: str) -> str:
+    """The query checkpoint a sink's commit log lies under (``sink_log_location``'s
+    inverse)."""
+    return log_location.rsplit(f"/{SINK_LOGS_DIR}/", 1)[0]
+
+
 def open_store(location: str, spark: Any = None) -> Store:
     """A store for a local path / ``file:`` URI, HDFS (``hdfs://``, ``webhdfs://``), or
     any other Hadoop URI given a classic session (its JVM reaches it)."""

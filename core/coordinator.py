@@ -21,7 +21,7 @@ from typing import Any, final
 
 from .batch import ExactlyOnceBatch, ms_since, run_direct
 from .checks import PreDecisionChecks
-from .commitlog import BatchState, CommitLog
+from .commitlog import BatchState, CommitLog, checkpoint_of_log
 from .config import CoordinatorConfig, Guarantee
 from .errors import ConfigurationError, SparkEOSError, describe_cause
 from .faults import FaultPlan
@@ -203,8 +203,11 @@ class Coordinator:
         for member, _txn, _receipt in self.scope.decided_transactions(state):
             held[member] = held.get(member, 0) + 1
 
+        checkpoint = None if self.log is None else checkpoint_of_log(self.log.location)
+
         def phase2() -> None:
             try:
+                self.scope.faults.counted_by_spark(batch_id, checkpoint)
                 batch.commit(state, purge=False)
             except Exception as exc:
                 log_event("batch.commit_failed", logging.WARNING,

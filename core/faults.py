@@ -77,6 +77,12 @@ PAUSE_POINTS = ("hold_in_phase_1",)
 """Not a crash: ``hold_in_phase_1``: the first attempt of partition 0's phase-1 task,
 its rows written, leaves ``held`` in ``$SPARKEOS_FAULT_DIR`` and waits for ``release``
 there (a batch as long as a test needs, e.g. to run ``sparkeos recover`` beside it)."""
+COUNTED_POINT = "kill_once_spark_counted"
+"""With ``overlap_commits``: the background phase 2 of the batch waits, before its first
+commit, until Spark's own commit log holds the batch (``<checkpoint>/commits/<batch>``:
+Spark counts it done, and a restart will not run it again), then kills the driver. A
+restart without new input runs no batch: what finishes this one is the start hook
+(``core.onstart``)."""
 BARRIER_ENV = "SPARKEOS_FAULT_DIR"
 KILL_GROUP_ENV = "SPARKEOS_FAULT_KILL_GROUP"
 """A process group to kill for a driver crash. Under Spark Connect the foreachBatch
@@ -146,7 +152,7 @@ class FaultPlan:
             return cls()
         point, _, batch = spec.partition("@")
         known = (ALL_POINTS + SPECULATION_POINTS + EXECUTOR_POINTS + DIRECT_POINTS
-                 + PAUSE_POINTS)
+                 + PAUSE_POINTS + (COUNTED_POINT,))
         if point not in known:
             raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {known}")
         barrier = plan_setting(BARRIER_ENV)
@@ -174,6 +180,20 @@ class FaultPlan:
             print(f"sparkeos fault injection: driver crash at {point} batch {batch_id}",
                   file=sys.stderr, flush=True)
             self.kill_driver()
+
+    def counted_by_spark(self, batch_id: int, checkpoint: str | None) -> None:
+        """``kill_once_spark_counted`` (a local checkpoint): wait for Spark's commit of
+        the batch, then crash the driver."""
+        if not self._matches(COUNTED_POINT, batch_id) or checkpoint is None:
+            return
+        if self.simulate:
+            raise InjectedCrash(f"{COUNTED_POINT}@{batch_id}")
+        root = checkpoint.removeprefix("file://").removeprefix("file:")
+        committed = os.path.join(root, "commits", str(batch_id))
+        deadline = time.monotonic() + BARRIER_WAIT_S
+        while not os.path.exists(committed) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.driver(COUNTED_POINT, batch_id)
 
     def task(self, point: str, batch_id: int, partition: int, attempt_number: int) -> None:
         if partition != 0 or attempt_number != 0 or not self._matches(point, batch_id):

@@ -232,7 +232,13 @@ def query_checkpoint(df: Any, query_id: str | None) -> str | None:
     JVM (a few py4j round trips: once per query run, not per batch)."""
     if not query_id or is_connect(df):
         return None
-    jvm = df.sparkSession.sparkContext._jvm
+    return query_checkpoint_in(df.sparkSession, query_id)
+
+
+def query_checkpoint_in(session: Any, query_id: str) -> str | None:
+    """``query_checkpoint`` from a classic session (any: the query is looked up in the
+    JVM's default session)."""
+    jvm = session.sparkContext._jvm
     for cls in ("org.apache.spark.sql.classic.SparkSession", "org.apache.spark.sql.SparkSession"):
         try:
             holder = jvm

@@ -62,7 +62,6 @@ from sparkeos.core.txpool import AttemptRange, TransactionPool
 from . import layout
 from .publish import publish
 from .staging import (
-    JSON_COLUMN,
     PREPARED_MARK,
     StagedPart,
     finish,
@@ -172,8 +171,8 @@ class FileSink(TransactionalSink[StagedPart]):
     def task_columns(self) -> tuple[str, ...]:
         if self.partition_by:  # the values' text as Spark casts it; JSON made per file
             return ("*", *layout.value_expressions(self.partition_by))
-        if self.format == "jsonl":
-            return (f"to_json(struct(*)) AS {JSON_COLUMN}",)
+        # JSON Lines: encoded in the task (core/sparkjson.py), not by Spark's to_json: the
+        # JSON text crossing to Python costs more than Arrow's kernels take to make it.
         return ()
 
     def validate(self, schema: pa.Schema) -> None:

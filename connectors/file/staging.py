@@ -16,12 +16,8 @@ import pyarrow as pa
 from sparkeos.core.files import Files
 from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.protocol import Transaction
-from sparkeos.core.sparkjson import json_objects, lines_of
+from sparkeos.core.sparkjson import json_lines_buffer
 
-JSON_COLUMN = "_sparkeos_json"
-"""The column a JSON Lines batch reaches tasks in: one JSON object per row, made by
-Spark's own JSON generator (what ``df.write.json`` writes), so no row is encoded in
-Python."""
 PREPARED_MARK = ".prepared"
 """In a partitioned attempt's staging directory: all its part files are durable."""
 
@@ -68,9 +64,8 @@ def write_rows(writer: Any, format: str, rows: pa.RecordBatch) -> None:
 
 
 def json_lines(batch: pa.RecordBatch) -> pa.Buffer:
-    if batch.schema.names == [JSON_COLUMN]:  # made by Spark's to_json (foreachBatch)
-        return lines_of(batch.column(0))
-    return lines_of(json_objects(batch))  # the format route, a runner without Spark
+    """The batch's rows as Spark's JSON writer writes them (``core/sparkjson.py``)."""
+    return json_lines_buffer(batch)
 
 
 def finish(part: StagedPart, files: Files, fsync: bool, partitioned: bool) -> list[str]:

@@ -185,3 +185,52 @@ def test_overlap_commits_must_be_a_boolean():
 
     with pytest.raises(ConfigurationError, match="overlap_commits"):
         CoordinatorConfig(name="mem", overlap_commits="yes")  # type: ignore[arg-type]
+
+
+# -- the start hook (core/onstart.py) ------------------------------------------------------
+class _OtherDestination(MemorySink):
+    def identity(self) -> dict[str, str]:
+        return {"table": "another"}
+
+
+def _decided_not_committed(tmp_path, system: MemorySystem, query: str) -> CommitLog:
+    """Batch 0 of ``query`` decided under a checkpoint in ``tmp_path``, its background
+    commit never run (a crash): what a restart without new input meets."""
+    from sparkeos.core.commitlog import open_store, sink_log_location
+    from sparkeos.core.queryrun import claim_log
+
+    log = CommitLog(open_store(sink_log_location(str(tmp_path), "mem")))
+    sink = MemorySink(system)
+    claim_log(log, query, sink, "mem")
+    Coordinator(sink, CoordinatorConfig(name="mem", overlap_commits=True), log,
+                str(log.read_meta()["query_key"]), None, background=Held()
+                ).run_batch(0, ListRunner(BATCHES[0]))
+    assert log.batches()[0].needs_commit and system.visible == []
+    return log
+
+
+def test_a_query_start_commits_what_its_crash_left_decided(tmp_path):
+    from sparkeos.core.onstart import finish_decided
+
+    system = MemorySystem()
+    log = _decided_not_committed(tmp_path, system, "query-1")
+    config = CoordinatorConfig(name="mem", overlap_commits=True,
+                               checkpoint_location=str(tmp_path))
+    assert finish_decided(None, MemorySink(system), config, "query-1") == [0]
+    assert sorted(system.visible) == [1, 2, 3] and not system.prepared
+    assert log.batches()[0].status == "finished"
+    assert finish_decided(None, MemorySink(system), config, "query-1") == []  # once
+
+
+def test_a_query_start_leaves_another_querys_or_destinations_log_alone(tmp_path):
+    from sparkeos.core.onstart import finish_decided
+
+    system = MemorySystem()
+    log = _decided_not_committed(tmp_path, system, "query-1")
+    config = CoordinatorConfig(name="mem", overlap_commits=True,
+                               checkpoint_location=str(tmp_path))
+    assert finish_decided(None, MemorySink(system), config, "query-2") == []
+    assert finish_decided(None, _OtherDestination(system), config, "query-1") == []
+    assert finish_decided(None, MemorySink(system), CoordinatorConfig(
+        name="other", checkpoint_location=str(tmp_path)), "query-1") == []
+    assert system.visible == [] and log.batches()[0].needs_commit

@@ -1,10 +1,11 @@
 """Drop-in means the same bytes: every Spark SQL type through the file sink's formats and
 routes, against Spark's own writer of that kind on the same batch.
 
-JSON: the lines of ``format("sparkeos-json")`` (encoded in Python, ``core/sparkjson.py``)
-and of ``foreachBatch(exactly_once(FileSink(format="jsonl")))`` (Spark's ``to_json``)
-are the lines ``df.write.json`` writes, byte for byte. Parquet: what Spark reads back
-from ``format("sparkeos-parquet")`` is what it reads back from its own Parquet files.
+JSON: the lines of ``format("sparkeos-json")`` and of
+``foreachBatch(exactly_once(FileSink(format="jsonl")))`` (both encoded in the tasks by
+``core/sparkjson.py``) are the lines ``df.write.json`` writes, byte for byte. Parquet:
+what Spark reads back from ``format("sparkeos-parquet")`` is what it reads back from its
+own Parquet files.
 The session's time zone is not UTC, so zoned timestamps carry an offset."""
 
 from __future__ import annotations
