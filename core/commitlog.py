@@ -34,10 +34,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
 
 from .errors import CommitLogError, RecordExistsError
 from .files import OBJECT_STORES, S3_SCHEMES, split_uri
+from .locations import local_path as local_path
+from .locations import parse as parse_location
 
 BEGUN, OUTCOME, FINISHED = "begun", "outcome", "finished"
 DECIDED, ABORTED = "decided", "aborted"
@@ -244,20 +245,14 @@ class FilesStore(Store):
             self._files.delete(tmp)
 
     def replace(self, name: str, data: bytes) -> None:
-        self._files.replace(self._write_temp(data), self._path(name))
+        self._files.overwrite(self._path(name), data)
 
     def delete(self, name: str) -> None:
         self._files.delete(self._path(name))
 
 
 def is_local_uri(location: str) -> bool:
-    parsed = urlparse(location)
-    return parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt")
-
-
-def local_path(location: str) -> str:
-    parsed = urlparse(location)
-    return parsed.path if parsed.scheme == "file" else location
+    return parse_location(location).is_local
 
 
 SINK_LOGS_DIR = "sparkeos"
@@ -279,7 +274,7 @@ def open_store(location: str, spark: Any = None) -> Store:
     any other Hadoop URI given a classic session (its JVM reaches it)."""
     if is_local_uri(location):
         return LocalStore(local_path(location))
-    scheme = urlparse(location).scheme.lower()
+    scheme = parse_location(location).scheme
     if scheme in S3_SCHEMES:
         return FilesStore(location)
     if scheme in OBJECT_STORES:

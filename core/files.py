@@ -32,11 +32,13 @@ import shutil
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError, RetriableError
+from .locations import parse as parse_location
 
 WEBHDFS_PORT_ENV = "SPARKEOS_WEBHDFS_PORT"
 """The NameNode's HTTP port for ``hdfs://`` URIs (default 9870, Hadoop 3's)."""
@@ -93,6 +95,15 @@ class Files(ABC):
     @abstractmethod
     def replace(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, replacing ``dst`` if present."""
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Write ``path`` whole, replacing what it holds: a reader sees the old data or
+        the new, never a part (a temporary file beside it, then ``replace``)."""
+        directory = posixpath.dirname(path)
+        self.makedirs(directory)
+        temporary = posixpath.join(directory, f".tmp-{uuid.uuid4().hex}")
+        self.create_new(temporary, data)
+        self.replace(temporary, path)
 
     @abstractmethod
     def listdir(self, path: str) -> list[str]:
@@ -320,9 +331,9 @@ class WebHdfsFiles(Files):
 
 def split_uri(location: str) -> tuple[Files, str]:
     """The file system of ``location`` (a path or URI) and the path inside it."""
-    parsed = urllib.parse.urlparse(location)
-    scheme = parsed.scheme.lower()
-    if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
+    parsed = parse_location(location)
+    scheme = parsed.scheme
+    if parsed.is_local:
         path = parsed.path if scheme == "file" else location
         return LocalFiles(), os.path.abspath(os.path.expanduser(path))
     if scheme in ("hdfs", "webhdfs"):
@@ -336,17 +347,17 @@ def split_uri(location: str) -> tuple[Files, str]:
         else:
             http_port = int(os.environ.get(WEBHDFS_PORT_ENV) or DEFAULT_WEBHDFS_PORT)
         user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-        files = WebHdfsFiles(scheme, parsed.netloc, f"http://{parsed.hostname}:{http_port}",
-                             user)
-        return files, posixpath.normpath(parsed.path or "/")
+        files = WebHdfsFiles(scheme, parsed.authority,
+                             f"http://{parsed.hostname}:{http_port}", user)
+        return files, parsed.normalized_path()
     if scheme in S3_SCHEMES:
         from .objectstore import S3Files
 
-        if not parsed.netloc:
+        if not parsed.authority:
             raise ConfigurationError(f"{location!r} names no bucket",
                                      fix=f"write the bucket: {scheme}://bucket/path")
-        return (S3Files.from_environment(scheme, parsed.netloc),
-                posixpath.normpath(parsed.path or "/"))
+        return (S3Files.from_environment(scheme, parsed.authority),
+                parsed.normalized_path())
     if scheme in OBJECT_STORES:
         raise ConfigurationError(
             f"{location!r} is on an object store sparkeos does not write yet ({scheme}://): "

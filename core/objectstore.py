@@ -9,14 +9,31 @@ Ceph RGW and the local server of ``docker/services/s3.sh``. On it:
 * **write-once creation** (``create_new``, ``upload_new``): a conditional ``PUT``;
 * **exclusive claim** (``claim_dir``): a conditional ``PUT`` of ``<dir>/.claim``;
 * **publish without overwrite** (``publish``): the staged object is read and written
-  under its final key with a conditional ``PUT`` (never a copy: a server-side copy's
-  precondition is not honoured everywhere, and moto overwrites). A ``PUT`` is atomic:
-  a reader sees the whole object or none.
+  under its final key with a conditional ``PUT`` (never a plain copy: a server-side
+  copy's precondition is not honoured everywhere, and moto overwrites). A ``PUT`` is
+  atomic: a reader sees the whole object or none.
+* **large objects** (above ``multipart_threshold``, 64 MiB): a multipart upload whose
+  completion is conditional (``If-None-Match: *`` on ``CompleteMultipartUpload``),
+  atomic as a ``PUT``. A staged part file is uploaded in parts from the task's disk; a
+  publish copies the staged object's ranges inside the store (``UploadPartCopy``: no
+  round trip through the committing process), and only the completion creates the
+  key. A single ``PUT`` takes 5 GiB at most; an upload that fails is aborted, its
+  parts deleted.
+
+**A write knows its own object.** A reply can be lost after the store applied the
+``PUT`` (a reset connection, a timeout); botocore then sends it again, and the retry
+meets the object the first try made: ``412``. Every conditional ``PUT`` therefore
+carries a token of its own (object metadata ``x-amz-meta-sparkeos-writer``), and a
+``412`` is settled by reading the object's token back: this write's token means the
+write succeeded, another token means another writer won the race. A transient failure
+that outlasts botocore's retries is retried here with the same token.
 
 A store that accepts the header but ignores it would let two claimers both win: the
 first write-once call of a process on a bucket probes it (a key written twice, the
 second time conditionally, must be refused) and refuses a store that fails the probe,
-before anything of the caller is written.
+before anything of the caller is written. The probe is written beside what is being
+written (beside a directory being claimed, not in it), and each probe removes the
+probes older than an hour that a process died before removing.
 
 Credentials come from boto3's chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_PROFILE``, instance roles): they are never part of this object, so never pickled
@@ -45,7 +62,18 @@ ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 CONFLICT_RETRIES = 5
 """S3 answers ``409 ConditionalRequestConflict`` while another conditional write to the
 key is in flight; it asks to retry (then the loser gets its 412)."""
-SPOOL_IN_MEMORY = 64 * 1024 * 1024
+WRITER_META = "sparkeos-writer"
+"""The object metadata key of a conditional write's token (S3 returns it lowercased)."""
+TRANSIENT_RETRIES = 3
+"""Conditional writes retried here with their token after botocore gave up on a
+transient failure (a reset connection, 500, 503 SlowDown)."""
+PROBE_PREFIX = ".sparkeos-probe-"
+PROBE_STALE_S = 3600.0
+"""A probe older than this was left by a process that died between its writes."""
+MIB = 1024 * 1024
+MIN_PART = 5 * MIB
+MAX_PARTS = 10_000
+SPOOL_IN_MEMORY = 64 * MIB
 """``publish`` holds a staged object up to this size in memory, larger ones on disk."""
 
 _clients: dict[tuple[str | None, str], Any] = {}
@@ -63,6 +91,10 @@ class S3Files(Files):
     region: str = "us-east-1"
     page_size: int = 1000
     """Keys per listing page and per batch delete (S3's most: 1000)."""
+    multipart_threshold: int = 64 * MIB
+    """Objects above this size are written by a multipart upload."""
+    part_size: int = 64 * MIB
+    """The parts' size (S3: 5 MiB at least, 10,000 parts at most; raised to fit)."""
 
     @classmethod
     def from_environment(cls, scheme: str, bucket: str) -> S3Files:
@@ -124,8 +156,9 @@ class S3Files(Files):
         a probe key beside ``near`` is written, then written again conditionally."""
         if (self.endpoint, self.bucket) in _verified:
             return
-        probe = _key(posixpath.join(posixpath.dirname(near.rstrip("/")) or "/",
-                                    f".sparkeos-probe-{uuid.uuid4().hex}"))
+        beside = posixpath.dirname(near.rstrip("/")) or "/"
+        probe = _key(posixpath.join(beside, f"{PROBE_PREFIX}{int(time.time() * 1000)}-"
+                                            f"{uuid.uuid4().hex}"))
         self._call("put_object", probe, Key=probe, Body=b"probe")
         try:
             try:
@@ -139,17 +172,69 @@ class S3Files(Files):
             raise _no_conditional_writes(self, "overwrote an existing key")
         finally:
             self._call("delete_object", probe, Key=probe)
+            self._delete_stale_probes(beside)
+
+    def _delete_stale_probes(self, beside: str) -> None:
+        """Probes a process left when it died between its writes (best effort)."""
+        prefix = posixpath.join(_dir_key(beside), PROBE_PREFIX)
+        try:
+            for key in self._keys(prefix):
+                written = key[len(prefix):].split("-", 1)[0]
+                if written.isdigit() and int(written) / 1000 < time.time() - PROBE_STALE_S:
+                    self._call("delete_object", key, Key=key)
+        except (OSError, RetriableError):
+            pass
+
+    def _written_by(self, path: str, token: str) -> bool:
+        """Whether the object at ``path`` is the one the write with ``token`` made."""
+        try:
+            head = self._call("head_object", path, Key=_key(path))
+        except FileNotFoundError:
+            return False
+        return bool(head.get("Metadata", {}).get(WRITER_META) == token)
 
     def _put_new(self, path: str, body: Any) -> None:
+        """Create ``path`` unless it exists (``FileExistsError``: another writer's)."""
         self.check_conditional_writes(path)
-        for attempt in range(CONFLICT_RETRIES):
+        token = uuid.uuid4().hex
+
+        def send() -> None:
+            if hasattr(body, "seek"):
+                body.seek(0)
+            self._call("put_object", path, Key=_key(path), Body=body, IfNoneMatch="*",
+                       Metadata={WRITER_META: token})
+
+        self._create_once(path, token, send)
+
+    def _create_once(self, path: str, token: str, send: Any) -> None:
+        """Run ``send`` (a conditional write of ``path`` carrying ``token``) until the
+        store answered it: a 412 or a vanished upload settled by the token read back,
+        409 conflicts and transient failures retried as the same writer."""
+        transient = 0
+        for attempt in range(CONFLICT_RETRIES + TRANSIENT_RETRIES):
             try:
-                self._call("put_object", path, Key=_key(path), Body=body, IfNoneMatch="*")
+                send()
                 return
+            except FileExistsError:
+                if self._written_by(path, token):
+                    return  # a retry of this write met the object its lost reply made
+                raise
+            except FileNotFoundError:
+                # NoSuchUpload: completed by a try whose reply was lost, or removed.
+                if self._written_by(path, token):
+                    return
+                raise RetriableError(
+                    f"{self.uri(path)}: the store lost the multipart upload before its "
+                    "completion (a lifecycle rule aborting incomplete uploads?)",
+                    fix="retried with the batch; give incomplete uploads a day or more "
+                    "before a lifecycle rule aborts them") from None
             except _Conflict:
-                if hasattr(body, "seek"):
-                    body.seek(0)
-                time.sleep(0.05 * 2**attempt)
+                pass
+            except RetriableError:
+                transient += 1
+                if transient > TRANSIENT_RETRIES:
+                    raise
+            time.sleep(0.05 * 2**min(attempt, 5))
         raise RetriableError(
             f"{self.uri(path)}: the store answered 'conflict' to {CONFLICT_RETRIES} "
             "conditional writes in a row", fix="retried with the batch")
@@ -182,6 +267,7 @@ class S3Files(Files):
         """Nothing: a prefix exists once a key under it does."""
 
     def claim_dir(self, path: str) -> bool:
+        self.check_conditional_writes(path)  # the probe beside the directory, not in it
         try:
             self._put_new(posixpath.join(path, ".claim"), b"")
         except FileExistsError:
@@ -192,16 +278,65 @@ class S3Files(Files):
         self._put_new(path, data)
 
     def upload_new(self, local_file: str, path: str) -> None:
+        size = os.path.getsize(local_file)
         with open(local_file, "rb") as body:
-            self._put_new(path, body)
+            if size > self.multipart_threshold:
+                def upload(number: int, start: int, end: int, **upload: Any) -> str:
+                    body.seek(start)
+                    answer = self._call("upload_part", path, Body=body.read(end - start),
+                                        PartNumber=number, **upload)
+                    return str(answer["ETag"])
+
+                self._multipart_new(path, size, upload)
+            else:
+                self._put_new(path, body)
 
     def publish(self, staged: str, final: str) -> None:
+        size = int(self._call("head_object", staged, Key=_key(staged))["ContentLength"])
+        if size > self.multipart_threshold:
+            source = {"Bucket": self.bucket, "Key": _key(staged)}
+
+            def copy(number: int, start: int, end: int, **upload: Any) -> str:
+                answer = self._call("upload_part_copy", final, CopySource=source,
+                                    CopySourceRange=f"bytes={start}-{end - 1}",
+                                    PartNumber=number, **upload)
+                return str(answer["CopyPartResult"]["ETag"])
+
+            self._multipart_new(final, size, copy)
+            return
         answer = self._call("get_object", staged, Key=_key(staged))
         with tempfile.SpooledTemporaryFile(SPOOL_IN_MEMORY) as body:
             for chunk in answer["Body"].iter_chunks(1024 * 1024):
                 body.write(chunk)
             body.seek(0)
             self._put_new(final, body)
+
+    def _multipart_new(self, path: str, size: int, send_part: Any) -> None:
+        """Create ``path`` (``size`` bytes) from parts ``send_part(number, start, end,
+        Key=, UploadId=)`` sends; the completion is conditional and carries the write's
+        token, as ``_put_new``'s ``PUT``."""
+        self.check_conditional_writes(path)
+        token, key = uuid.uuid4().hex, _key(path)
+        upload_id = self._call("create_multipart_upload", path, Key=key,
+                               Metadata={WRITER_META: token})["UploadId"]
+        try:
+            part = max(self.part_size, MIN_PART, -(-size // MAX_PARTS))
+            parts = [{"PartNumber": number, "ETag": send_part(
+                number, start, min(start + part, size), Key=key, UploadId=upload_id)}
+                for number, start in enumerate(range(0, size, part), start=1)]
+            self._create_once(path, token, lambda: self._call(
+                "complete_multipart_upload", path, Key=key, UploadId=upload_id,
+                MultipartUpload={"Parts": parts}, IfNoneMatch="*"))
+        except BaseException:
+            try:
+                self._call("abort_multipart_upload", path, Key=key, UploadId=upload_id)
+            except Exception:
+                pass  # completed after all, or the store's lifecycle rule removes it
+            raise
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        # One PUT replaces a key atomically, and sending it again is harmless.
+        self._call("put_object", path, Key=_key(path), Body=data)
 
     def replace(self, src: str, dst: str) -> None:
         # A PUT replaces a key atomically; the source goes afterwards.

@@ -249,6 +249,7 @@ def query_checkpoint_in(session: Any, query_id: str) -> str | None:
                 continue
             query = default.get().streams().get(query_id)
             if query is not None:
+                # Hadoop's Path string (``file:/tmp/ckpt#1``), read by core.locations.
                 return str(query.streamingQuery().resolvedCheckpointRoot())
         except Exception:
             continue

@@ -4,7 +4,9 @@ writes from Python), and the refusal of a store that ignores them."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +18,7 @@ from sparkeos.core.errors import ConfigurationError, RecordExistsError, Retriabl
 from sparkeos.core.files import split_uri
 from sparkeos.core.objectstore import S3Files
 from sparkeos.testing.files_contract import check_write_once
+from sparkeos.testing.wireproxy import LOST_REPLY, SLOW_DOWN, Fault, FaultProxy
 
 pytestmark = pytest.mark.s3
 
@@ -133,3 +136,125 @@ def test_an_unreachable_store_is_a_retriable_error_and_a_missing_bucket_names_th
         S3Files("s3a", "any", "http://127.0.0.1:9").exists("/x")
     with pytest.raises(ConfigurationError, match="bucket no-such-bucket does not exist"):
         S3Files("s3a", "no-such-bucket", s3.endpoint).create_new("/x", b"")
+
+
+# -- a bad network day: replies lost after the store applied the request ---------------------
+@pytest.fixture
+def proxied(s3: S3, base: str, monkeypatch: pytest.MonkeyPatch
+            ) -> Iterator[tuple[FaultProxy, S3Files, str]]:
+    """The test's prefix reached through a fault-injecting proxy: the endpoint every
+    store this process opens meanwhile finds (``AWS_ENDPOINT_URL_S3``)."""
+    with FaultProxy(s3.endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        files, root = split_uri(base)
+        assert isinstance(files, S3Files) and files.endpoint == proxy.endpoint
+        yield proxy, files, root
+
+
+def lose_reply(proxy: FaultProxy, name: str, times: int = 1) -> Fault:
+    """The store applies the next conditional PUT of a key ending in ``name``; its reply
+    is lost ``times`` times (botocore sends it again meanwhile)."""
+    return proxy.add(Fault(LOST_REPLY, method="PUT", path=f"/{re.escape(name)}$",
+                           conditional=True, times=times))
+
+
+def test_a_lost_reply_to_a_write_once_create_is_its_own_success(proxied: Any) -> None:
+    """Issue 37, 1: botocore's retry of a create whose reply was lost gets 412 for its own
+    object, which is not another writer's."""
+    proxy, files, root = proxied
+    lose_reply(proxy, "record")
+    files.create_new(f"{root}/record", b"mine")
+    assert [a for a, _m, _p in proxy.injected] == [LOST_REPLY]
+    assert files.read(f"{root}/record") == b"mine"
+    with pytest.raises(FileExistsError):  # another writer still loses
+        files.create_new(f"{root}/record", b"theirs")
+
+
+def test_a_lost_reply_beyond_boto_retries_is_retried_with_the_same_token(proxied: Any
+                                                                        ) -> None:
+    """Every try of botocore's (3) loses its reply: the write is retried here, as the
+    same writer, and succeeds; 503 SlowDown past botocore's tries too."""
+    proxy, files, root = proxied
+    lose_reply(proxy, "record", times=3)
+    files.create_new(f"{root}/record", b"mine")
+    assert len(proxy.injected) == 3 and files.read(f"{root}/record") == b"mine"
+    proxy.add(Fault(SLOW_DOWN, method="PUT", path="/slow$", times=4))
+    files.create_new(f"{root}/slow", b"late")
+    assert files.read(f"{root}/slow") == b"late"
+
+
+def test_a_lost_reply_to_a_claim_or_a_publish_is_not_a_lost_race(proxied: Any) -> None:
+    proxy, files, root = proxied
+    lose_reply(proxy, ".claim")
+    assert files.claim_dir(f"{root}/attempt") is True
+    assert files.claim_dir(f"{root}/attempt") is False  # a second claimer loses
+    assert not [n for n in files.listdir(f"{root}/attempt") if n.startswith(".sparkeos-probe")]
+    files.create_new(f"{root}/staging/part-0", b"rows")
+    lose_reply(proxy, "part-0")
+    files.publish(f"{root}/staging/part-0", f"{root}/out/part-0")
+    assert files.read(f"{root}/out/part-0") == b"rows" and len(proxy.injected) == 2
+
+
+def test_a_lost_reply_to_a_commit_log_record_is_no_second_driver(proxied: Any) -> None:
+    """The ``begun`` record's write-once create and the lease's replacement, each with its
+    reply lost: recorded once, no error blaming another driver, no temporary object."""
+    proxy, files, root = proxied
+    store = FilesStore(files.uri(f"{root}/ckpt/sparkeos/s"))
+    name = "00000000000000000001.begun.0.json"
+    lose_reply(proxy, name)
+    store.write_new(name, b"run 0")
+    assert store.read(name) == b"run 0"
+    with pytest.raises(RecordExistsError):
+        store.write_new(name, b"a second driver")
+    proxy.add(Fault(LOST_REPLY, method="PUT", path="/lease.json$"))
+    store.replace("lease.json", b"held")
+    assert store.read("lease.json") == b"held" and len(proxy.injected) == 2
+    assert sorted(files.listdir(f"{root}/ckpt/sparkeos/s")) == [name, "lease.json"]
+
+
+def test_a_probe_a_dead_process_left_is_removed_by_the_next_probe(s3: S3, base: str,
+                                                                 monkeypatch: Any) -> None:
+    """Issue 37, 5: a process that died between the probe's writes left it; the next
+    process's probe beside it removes it (an hour later), and keeps its own out of the
+    directory it claims."""
+    direct, root = split_uri(base)
+    direct.create_new(f"{root}/.sparkeos-probe-1000-dead", b"probe")
+    recent = f".sparkeos-probe-{int(time.time() * 1000)}-alive"
+    direct.create_new(f"{root}/{recent}", b"probe")
+    with FaultProxy(s3.endpoint) as proxy:  # a new endpoint: this process probes again
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        files, _ = split_uri(base)
+        assert files.claim_dir(f"{root}/attempt")
+    assert sorted(direct.listdir(root)) == [recent, "attempt"]
+    assert direct.listdir(f"{root}/attempt") == [".claim"]
+
+
+def test_large_objects_are_uploaded_and_published_in_parts(proxied: Any, tmp_path: Any
+                                                           ) -> None:
+    """Issue 37, 2: above the threshold a staged file goes up in parts (a single PUT
+    takes 5 GiB at most) and a publish copies the staged object's ranges inside the
+    store; the completion is conditional (never over an existing key) and knows its own
+    object when its reply is lost."""
+    proxy, files, root = proxied
+    files = dataclasses.replace(files, multipart_threshold=6 * 1024 * 1024,
+                                part_size=5 * 1024 * 1024)
+    local = tmp_path / "part-0"
+    data = bytes(range(256)) * (11 * 1024 * 1024 // 256 + 7)  # 11 MiB and a bit: 3 parts
+    local.write_bytes(data)
+    files.upload_new(str(local), f"{root}/staging/part-0")
+    assert files.read(f"{root}/staging/part-0") == data
+    with pytest.raises(FileExistsError):
+        files.upload_new(str(local), f"{root}/staging/part-0")
+    proxy.add(Fault(LOST_REPLY, method="POST", path=r"/out/part-0\?uploadId="))
+    seen = len(proxy.requests)
+    files.publish(f"{root}/staging/part-0", f"{root}/out/part-0")
+    assert [a for a, _m, _p in proxy.injected] == [LOST_REPLY]
+    publish = proxy.requests[seen:]
+    assert not [p for m, p in publish if m == "GET"], "the publish read the object"
+    assert sum(1 for m, p in publish if m == "PUT" and "partNumber=" in p) == 3
+    assert files.read(f"{root}/out/part-0") == data
+    with pytest.raises(FileExistsError):  # a twin publisher loses, nothing overwritten
+        files.publish(f"{root}/staging/part-0", f"{root}/out/part-0")
+    client = files._client()
+    assert not client.list_multipart_uploads(Bucket=files.bucket,
+                                             Prefix=root.lstrip("/")).get("Uploads")

@@ -815,7 +815,7 @@ class SampledDriverKills:
     test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
     test_recover_refuses_beside_a_long_batch = None  # the route's lease: the file sink's
     # The start hook's commit is recovery's (the in-process matrix runs it against the
-    # destination); the file sink's and the Kafka sink's suites run it through Spark.
+    # destination, the recovery cases through Spark); the file sink's suite runs it.
     test_overlapped_batch_finished_by_a_restart_without_new_input = None
 
     @pytest.mark.speculation

@@ -63,10 +63,6 @@ class TestKafkaSinkStaged(SampledDriverKills, ConnectorConformance):
         return [int(json.loads(m.value())["id"]) for m in read_topic(self.bootstrap, self.topic)]
 
     soak_batches_default = 150
-    # The start hook's commit of an overlapped batch, for a sink that commits in tasks
-    # (recovery's commit on the driver's threads; SampledDriverKills leaves it out).
-    test_overlapped_batch_finished_by_a_restart_without_new_input = (
-        ConnectorConformance.test_overlapped_batch_finished_by_a_restart_without_new_input)
 
 
 class TestKafkaFormat(SampledFormatConformance, TestKafkaSinkStaged):

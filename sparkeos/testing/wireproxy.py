@@ -1,0 +1,241 @@
+"""A fault-injecting HTTP proxy: what a bad network day does to a store's replies.
+
+Put it between sparkeos and an HTTP store (an S3-compatible server) and tell it which
+requests to hurt and how:
+
+    with FaultProxy("http://127.0.0.1:29900") as proxy:      # proxy.endpoint: its URL
+        proxy.add(Fault(LOST_REPLY, method="PUT", path=r"/record$", conditional=True))
+        files = S3Files("s3a", bucket, proxy.endpoint)
+        files.create_new("/ckpt/record", b"x")               # applied, its reply lost
+        assert proxy.injected                                 # the fault happened
+
+Faults (``Fault.action``):
+
+* ``LOST_REPLY``: the request is forwarded and applied; the proxy reads the store's
+  answer and closes the client's connection without it (a reply lost on the way back:
+  the client's retry meets its own write);
+* ``RESET``: the connection is closed before the request reaches the store (nothing
+  applied);
+* ``SLOW_DOWN``: answered ``503 SlowDown`` without reaching the store (S3's throttle);
+* ``SERVER_ERROR``: answered ``500 InternalError`` without reaching the store.
+
+A fault matches by method, a regular expression searched in the request's path (query
+included), and ``conditional`` (the request carries ``If-None-Match`` / ``If-Match``);
+it fires ``times`` times (None: every match), or on a seeded ``fraction`` of matches.
+Everything else is forwarded untouched. Each injected fault is recorded in
+``proxy.injected`` (action, method, path) for the test's assertion that it happened,
+and every request in ``proxy.requests`` (method, path).
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import re
+import socket
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+LOST_REPLY = "lost_reply"
+RESET = "reset"
+SLOW_DOWN = "slow_down"
+SERVER_ERROR = "server_error"
+ACTIONS = (LOST_REPLY, RESET, SLOW_DOWN, SERVER_ERROR)
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer",
+                         "upgrade", "proxy-connection"})
+_ERRORS = {
+    SLOW_DOWN: (503, "SlowDown", "Please reduce your request rate."),
+    SERVER_ERROR: (500, "InternalError", "We encountered an internal error."),
+}
+
+
+@dataclass
+class Fault:
+    action: str
+    method: str | None = None
+    path: str = ""
+    """A regular expression searched in the request's path and query."""
+    conditional: bool | None = None
+    """True: only requests with ``If-None-Match`` / ``If-Match``; False: only without."""
+    times: int | None = 1
+    """How many matches it fires on (None: every one)."""
+    fraction: float | None = None
+    """Fire on this share of the matches instead (seeded: the same run each time)."""
+    seed: int = 37
+    _random: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown fault {self.action!r}; one of {ACTIONS}")
+        self._random = random.Random(self.seed)
+        if self.fraction is not None:
+            self.times = None
+
+    def matches(self, method: str, path: str, headers: Any) -> bool:
+        if self.method is not None and method != self.method:
+            return False
+        if self.path and not re.search(self.path, urllib.parse.unquote(path)):
+            return False
+        if self.conditional is not None:
+            conditional = bool(headers.get("If-None-Match") or headers.get("If-Match"))
+            if conditional != self.conditional:
+                return False
+        return True
+
+    def fire(self) -> bool:
+        """Whether this match is hurt (and count it)."""
+        if self.fraction is not None:
+            return self._random.random() < self.fraction
+        if self.times is None:
+            return True
+        if self.times <= 0:
+            return False
+        self.times -= 1
+        return True
+
+
+class FaultProxy:
+    """The proxy, on a free port of 127.0.0.1, in a thread of this process."""
+
+    def __init__(self, upstream: str) -> None:
+        parsed = urllib.parse.urlparse(upstream)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise ValueError(f"FaultProxy forwards to http://host:port, not {upstream!r}")
+        self.upstream = (parsed.hostname, parsed.port or 80)
+        self.faults: list[Fault] = []
+        self.injected: list[tuple[str, str, str]] = []
+        self.requests: list[tuple[str, str]] = []
+        """Every request seen (method, path with query), in order."""
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="sparkeos-fault-proxy", daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def add(self, fault: Fault) -> Fault:
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self.faults.clear()
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def choose(self, method: str, path: str, headers: Any) -> str | None:
+        """The fault for this request, if one fires (recorded)."""
+        with self._lock:
+            self.requests.append((method, path))
+            for fault in self.faults:
+                if fault.matches(method, path, headers) and fault.fire():
+                    self.injected.append((fault.action, method, path))
+                    return fault.action
+        return None
+
+
+def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # the test's output is the store's client's
+
+        def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                raw = bytearray()
+                while True:
+                    line = self.rfile.readline()
+                    raw += line
+                    size = int(line.split(b";")[0].strip() or b"0", 16)
+                    chunk = self.rfile.read(size + 2)
+                    raw += chunk
+                    if size == 0:
+                        while chunk not in (b"\r\n", b""):  # trailers, then the end
+                            chunk = self.rfile.readline()
+                            raw += chunk
+                        return bytes(raw)
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+
+        def _handle(self) -> None:
+            body = self._body()
+            action = proxy.choose(self.command, self.path, self.headers)
+            if action == RESET:
+                self._drop()
+                return
+            if action in _ERRORS:
+                status, code, message = _ERRORS[action]
+                self._answer(status, [("Content-Type", "application/xml")], (
+                    f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                    f"<Message>{message}</Message></Error>").encode())
+                return
+            status, headers, answer = self._forward(body)
+            if action == LOST_REPLY:
+                self._drop()
+                return
+            self._answer(status, headers, answer)
+
+        def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+            connection = http.client.HTTPConnection(*proxy.upstream, timeout=120)
+            try:
+                connection.putrequest(self.command, self.path, skip_host=True,
+                                      skip_accept_encoding=True)
+                for name, value in self.headers.items():
+                    if name.lower() not in _HOP_BY_HOP or name.lower() == "transfer-encoding":
+                        connection.putheader(name, value)
+                connection.endheaders(body or None)
+                response = connection.getresponse()
+                answer = response.read()
+                # A HEAD's length is the object's; any other answer's is of ``answer``.
+                headers = [(k, v) for k, v in response.getheaders()
+                           if k.lower() not in _HOP_BY_HOP and (
+                               k.lower() != "content-length" or self.command == "HEAD")]
+                return response.status, headers, answer
+            finally:
+                connection.close()
+
+        def _answer(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+            self.send_response_only(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            if self.command != "HEAD":
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            self.wfile.flush()
+
+        def _drop(self) -> None:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+    return Handler
+
+
+__all__ = ["ACTIONS", "LOST_REPLY", "RESET", "SERVER_ERROR", "SLOW_DOWN", "Fault",
+           "FaultProxy"]
