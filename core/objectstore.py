@@ -26,7 +26,7 @@ meets the object the first try made: ``412``. Every conditional ``PUT`` therefor
 carries a token of its own (object metadata ``x-amz-meta-sparkeos-writer``), and a
 ``412`` is settled by reading the object's token back: this write's token means the
 write succeeded, another token means another writer won the race. A transient failure
-that outlasts botocore's retries is retried here with the same token.
+that outlasts botocore's retries (five tries) is retried here with the same token.
 
 A store that accepts the header but ignores it would let two claimers both win: the
 first write-once call of a process on a bucket probes it (a key written twice, the
@@ -64,6 +64,8 @@ CONFLICT_RETRIES = 5
 key is in flight; it asks to retry (then the loser gets its 412)."""
 WRITER_META = "sparkeos-writer"
 """The object metadata key of a conditional write's token (S3 returns it lowercased)."""
+BOTO_ATTEMPTS = 5
+"""Tries botocore makes of one request (its standard mode: 3) before it gives up."""
 TRANSIENT_RETRIES = 3
 """Conditional writes retried here with their token after botocore gave up on a
 transient failure (a reset connection, 500, 503 SlowDown)."""
@@ -417,7 +419,10 @@ def _new_client(endpoint: str | None, region: str) -> Any:
         ) from None
     # A custom endpoint (a local server, MinIO, Ceph) rarely has a DNS name per bucket.
     style = "path" if endpoint else "auto"
-    config = Config(s3={"addressing_style": style}, retries={"mode": "standard"},
+    # Five tries (botocore's standard mode makes three): a lost reply, a reset or a
+    # SlowDown each spend one, and a bad network day brings them in runs.
+    config = Config(s3={"addressing_style": style},
+                    retries={"mode": "standard", "max_attempts": BOTO_ATTEMPTS},
                     connect_timeout=10, read_timeout=60)
     return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 

@@ -27,6 +27,7 @@ from sparkeos.testing.conformance import (
     assert_exactly_once,
 )
 from sparkeos.testing.job import JobSpec, run_job, run_job_process, write_input
+from sparkeos.testing.storefaults import StoreWireFaultCases
 
 FORMAT_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided",
                         "after_first_commit")
@@ -198,7 +199,8 @@ class TestFileSinkHdfsConnect(ConnectConformance, TestFileSinkHdfs):
 
 
 @pytest.mark.s3
-class TestFileSinkS3(SampledConformance, CheckpointOnS3, TestFileSinkParquet):
+class TestFileSinkS3(StoreWireFaultCases, SampledConformance, CheckpointOnS3,
+                     TestFileSinkParquet):
     """The file sink with everything on an S3-compatible object store: output, staging,
     claims and publishing by conditional writes (``core.objectstore``), the commit log
     too, and Spark's checkpoint through S3A. Every in-process case (the crash matrix,

@@ -28,6 +28,7 @@ from sparkeos.testing.conformance import (
     assert_exactly_once,
 )
 from sparkeos.testing.job import JobSpec, run_job_process, write_input
+from sparkeos.testing.storefaults import StoreWireFaultCases
 
 from .conftest import create_topic, unique_name
 
@@ -142,7 +143,8 @@ class TestKafkaSinkStagedHdfs(TaskCommitClusterConformance, SampledConformance,
 
 
 @pytest.mark.s3
-class TestKafkaSinkStagedS3(SampledConformance, StagingOnS3, TestKafkaSinkStaged):
+class TestKafkaSinkStagedS3(StoreWireFaultCases, SampledConformance, StagingOnS3,
+                            TestKafkaSinkStaged):
     """Staging on an S3-compatible object store: phase 1 PUTs each attempt's staged
     file (its prefix claimed by a conditional PUT), phase 2 (in Spark tasks) reads it
     back; every in-process case (the crash matrix, concurrent attempts, twin commits,

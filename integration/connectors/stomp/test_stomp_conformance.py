@@ -23,6 +23,7 @@ from sparkeos.testing.conformance import (
     SampledDriverKills,
     SampledFormatConformance,
 )
+from sparkeos.testing.storefaults import StoreWireFaultCases
 
 
 def output_depth(queue: str, local: bool) -> int | None:
@@ -95,7 +96,8 @@ class TestStompFormat(SampledFormatConformance, TestStompSinkArtemis):
 
 
 @pytest.mark.s3
-class TestStompSinkStagedS3(InProcessConformance, StagingOnS3, TestStompSinkArtemis):
+class TestStompSinkStagedS3(StoreWireFaultCases, InProcessConformance, StagingOnS3,
+                            TestStompSinkArtemis):
     """Staging and the PUBLISHED records on an S3-compatible object store: every
     in-process case (the crash matrix, concurrent attempts, twin commits, sweeps)
     against the store and the broker. The Spark cases reach the store the same way as

@@ -1,0 +1,75 @@
+"""The conformance suite's case for a store on a bad network day.
+
+Mix ``StoreWireFaultCases`` into a conformance class whose sink keeps its state on an
+S3-compatible store (before it: ``class TestX(StoreWireFaultCases, CheckpointOnS3,
+TestFileSinkParquet)``; the class gives ``s3_endpoint``). The case runs batches in
+process with every request of this process to the store passing through a
+``FaultProxy`` that loses the replies of applied writes, answers ``503 SlowDown`` and
+resets connections, then checks every id once, no leftovers, and that the faults
+happened. A request the store fails past every retry fails its batch with a
+``RetriableError``: the case restarts the driver then, as Spark restarts the query.
+
+The run is single-threaded (tasks one after another, ``commit_parallelism=1``), so the
+seeded faults hit the same requests every run: a failure replays exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparkeos.core.commitlog import CommitLog
+from sparkeos.core.config import CoordinatorConfig
+from sparkeos.core.coordinator import Coordinator
+from sparkeos.core.errors import RetriableError
+
+from .inprocess import ListRunner
+from .wireproxy import LOST_REPLY, RESET, SLOW_DOWN, Fault, FaultProxy
+
+BATCHES = [[[1, 2], [3]], [[4], [5, 6]], [[7, 8, 9], [10]], [[11], [12]]]
+MAX_RESTARTS = 3
+"""A batch may fail when the store fails a request past every retry (a
+``RetriableError``); the query restarts then, and must get through."""
+
+
+class StoreWireFaultCases:
+    s3_endpoint: str
+
+    def test_every_row_once_when_the_store_loses_replies(self, workdir: str,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+        """Issue 37: replies lost after the store applied a write (a third of the
+        conditional writes, a fifth of the others), 503 SlowDown and reset connections
+        on a share of every request: no false "another writer", no stuck batch, every
+        row once."""
+        suite: Any = self
+        with FaultProxy(self.s3_endpoint) as proxy:
+            monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+            proxy.add(Fault(LOST_REPLY, method="PUT", conditional=True, fraction=0.3))
+            proxy.add(Fault(LOST_REPLY, method="PUT", conditional=False, fraction=0.2))
+            proxy.add(Fault(SLOW_DOWN, fraction=0.05, seed=38))
+            proxy.add(Fault(RESET, fraction=0.05, seed=39))
+            sink = suite.sink_factory(workdir)
+            restarts = 0
+
+            def driver() -> Coordinator:
+                log = CommitLog(suite.in_process_store(workdir))
+                config = CoordinatorConfig(name=suite.IN_PROCESS_SINK, commit_parallelism=1)
+                return Coordinator(sink, config, log, suite.in_process_key(workdir))
+
+            coordinator = driver()
+            batch_id = 0
+            while batch_id < len(BATCHES):
+                try:
+                    coordinator.run_batch(batch_id, ListRunner(BATCHES[batch_id]))
+                    batch_id += 1
+                except RetriableError:
+                    # The store failed past every retry: the query stops and Spark
+                    # restarts it, which recovers and runs the batch again.
+                    restarts += 1
+                    assert restarts <= MAX_RESTARTS, proxy.injected
+                    coordinator = driver()
+            hurt = {action for action, _method, _path in proxy.injected}
+            assert {LOST_REPLY, SLOW_DOWN, RESET} <= hurt, proxy.injected
+            suite.finish(workdir, sink, [i for batch in BATCHES for p in batch for i in p])
