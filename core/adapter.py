@@ -115,6 +115,8 @@ class ForeachBatchAdapter:
         """A query of the session started (``core.onstart``): commit what a crash left
         decided in this sink's log under its checkpoint, before its first batch."""
         with self._finishing_lock:
+            for done in [q for q, f in self._finishing.items() if f.succeeded]:
+                del self._finishing[done]  # other queries' starts: nothing to keep
             if query_id not in self._finishing:
                 self._finishing[query_id] = Finishing(session, self.sink, self.config,
                                                       query_id)

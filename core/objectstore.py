@@ -173,7 +173,10 @@ class S3Files(Files):
                 raise _no_conditional_writes(self, "refused the conditional write") from None
             raise _no_conditional_writes(self, "overwrote an existing key")
         finally:
-            self._call("delete_object", probe, Key=probe)
+            try:
+                self._call("delete_object", probe, Key=probe)
+            except (OSError, RetriableError):
+                pass  # the next probe here removes it, an hour on
             self._delete_stale_probes(beside)
 
     def _delete_stale_probes(self, beside: str) -> None:

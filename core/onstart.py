@@ -87,6 +87,10 @@ class Finishing:
                       fix="the query's next batch commits it again, or run `sparkeos "
                       "recover <checkpointLocation>` once the destination is reachable")
 
+    @property
+    def succeeded(self) -> bool:
+        return not self.thread.is_alive() and self.error is None
+
     def wait(self) -> BaseException | None:
         self.thread.join()
         return self.error
