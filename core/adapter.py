@@ -21,7 +21,6 @@ from .coordinator import Coordinator
 from .errors import ConfigurationError
 from .group import SinkGroup
 from .observe import BatchMetrics
-from .onstart import Finishing
 from .protocol import TransactionalSink
 from .queryrun import _NAME_CLAIMS as _NAME_CLAIMS  # re-exported: tests reset it
 from .queryrun import QueryRun, claim_log
@@ -57,7 +56,7 @@ class ForeachBatchAdapter:
         self._run: QueryRun | None = None
         self._token = uuid.uuid4().hex
         self._lock = threading.Lock()
-        self._finishing: dict[str, Finishing] = {}
+        self._finishing: dict[str, onstart.Finishing] = {}
         self._finishing_lock = threading.Lock()
         if config.overlap_commits and config.guarantee is Guarantee.EXACTLY_ONCE:
             # A restart without new input runs no batch: finish at the start instead.
@@ -118,8 +117,8 @@ class ForeachBatchAdapter:
             for done in [q for q, f in self._finishing.items() if f.succeeded]:
                 del self._finishing[done]  # other queries' starts: nothing to keep
             if query_id not in self._finishing:
-                self._finishing[query_id] = Finishing(session, self.sink, self.config,
-                                                      query_id)
+                self._finishing[query_id] = onstart.Finishing(session, self.sink,
+                                                              self.config, query_id)
 
     def _await_finishing(self, query_id: str | None) -> BaseException | None:
         """Wait for the start of ``query_id`` (None: of every query) to be finished;

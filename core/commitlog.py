@@ -223,12 +223,6 @@ class FilesStore(Store):
     def read(self, name: str) -> bytes:
         return self._files.read(self._path(name))
 
-    def _write_temp(self, data: bytes) -> str:
-        self._files.makedirs(self._dir)
-        tmp = self._path(f".tmp-{uuid.uuid4().hex}")
-        self._files.create_new(tmp, data)
-        return tmp
-
     def write_new(self, name: str, data: bytes) -> None:
         if self._files.atomic_create:
             try:
@@ -236,7 +230,7 @@ class FilesStore(Store):
             except FileExistsError:
                 raise _exists(name, self.location) from None
             return
-        tmp = self._write_temp(data)
+        tmp = self._files.write_temporary(self._dir, data)
         try:
             self._files.publish(tmp, self._path(name))
         except FileExistsError:

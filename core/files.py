@@ -96,14 +96,18 @@ class Files(ABC):
     def replace(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, replacing ``dst`` if present."""
 
-    def overwrite(self, path: str, data: bytes) -> None:
-        """Write ``path`` whole, replacing what it holds: a reader sees the old data or
-        the new, never a part (a temporary file beside it, then ``replace``)."""
-        directory = posixpath.dirname(path)
+    def write_temporary(self, directory: str, data: bytes) -> str:
+        """Write ``data`` whole to a new hidden file in ``directory`` (made if needed);
+        its path."""
         self.makedirs(directory)
         temporary = posixpath.join(directory, f".tmp-{uuid.uuid4().hex}")
         self.create_new(temporary, data)
-        self.replace(temporary, path)
+        return temporary
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Write ``path`` whole, replacing what it holds: a reader sees the old data or
+        the new, never a part (a temporary file beside it, then ``replace``)."""
+        self.replace(self.write_temporary(posixpath.dirname(path), data), path)
 
     @abstractmethod
     def listdir(self, path: str) -> list[str]:

@@ -49,9 +49,10 @@ def finish_decided(session: Any, sink: AnySink, config: CoordinatorConfig,
         return []
     log = CommitLog(open_store(sink_log_location(location, config.name), session))
     meta = log.read_meta()
+    if not meta or meta.get("query_id") != query_id:
+        return []
     bound = for_checkpoint(sink, location, config.name)
-    if (not meta or meta.get("query_id") != query_id
-            or meta.get("sink_type") != bound.type_name
+    if (meta.get("sink_type") != bound.type_name
             or meta.get("identity") != bound.identity()):
         return []
     pending = sorted((s for s in log.batches().values() if s.needs_commit),
