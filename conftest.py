@@ -3,4 +3,5 @@ once per session, only when a test asks for it)."""
 
 pytest_plugins = ["integration.fixtures.services", "integration.fixtures.postgres",
                   "integration.fixtures.kafka", "integration.fixtures.stomp",
-                  "integration.fixtures.hdfs", "integration.fixtures.s3"]
+                  "integration.fixtures.hdfs", "integration.fixtures.s3",
+                  "integration.fixtures.clouds"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CommitLogError, RecordExistsError
-from .files import OBJECT_STORES, S3_SCHEMES, split_uri
+from .files import OBJECT_STORES, WRITE_ONCE_STORES, split_uri
 from .locations import local_path as local_path
 from .locations import parse as parse_location
 
@@ -269,7 +269,7 @@ def open_store(location: str, spark: Any = None) -> Store:
     if is_local_uri(location):
         return LocalStore(local_path(location))
     scheme = parse_location(location).scheme
-    if scheme in S3_SCHEMES:
+    if scheme in WRITE_ONCE_STORES:
         return FilesStore(location)
     if scheme in OBJECT_STORES:
         raise CommitLogError(
@@ -277,8 +277,9 @@ def open_store(location: str, spark: Any = None) -> Store:
             "sparkeos does not write itself: through Hadoop its rename is a copy and a "
             "create-if-absent is a check followed by a write, so two processes claiming "
             "one batch's outcome (a second driver, `sparkeos recover`) could both win",
-            fix="put the query's checkpoint on an S3-compatible store (s3a://, written "
-            "with conditional writes), on HDFS, or on a local or shared POSIX path",
+            fix="put the query's checkpoint on S3 (s3a://), Google Cloud Storage (gs://) "
+            "or Azure Blob Storage (abfss://), written with their conditional writes, on "
+            "HDFS, or on a local or shared POSIX path",
         )
     if scheme == "webhdfs" or (scheme == "hdfs" and spark is None):
         return FilesStore(location)

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .errors import AttemptFencedError, ConfigurationError, RetriableError
-from .files import Files, LocalFiles, split_uri
+from .files import Files, split_uri
+from .stores.local import LocalFiles
 from .txpool import Transaction
 
 _LOCAL = LocalFiles()

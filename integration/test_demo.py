@@ -66,13 +66,36 @@ def test_demo_through_spark_connect(tmp_path):
 
 @pytest.mark.chaos
 @pytest.mark.s3
-def test_demo_on_the_local_object_store(tmp_path, s3):
-    """``sparkeos demo --store s3``: checkpoint (Spark's through S3A, the commit log),
-    staging and output on the checkout's local S3-compatible store, a driver kill."""
-    result, lines = run_demo(tmp_path, "--store", "s3", "--batches", "3", "--rows", "40",
-                             "--crashes", "1", "--seed", "5", "--skip-plain")
+def test_demo_on_the_local_object_store_through_wire_faults(tmp_path, s3):
+    """``sparkeos demo --store s3 --wire-faults``: checkpoint (Spark's through S3A, the
+    commit log), staging and output on the checkout's local S3-compatible store, a
+    driver kill, and sparkeos' requests through a proxy that loses replies of applied
+    writes and answers 503 SlowDown (issue 37)."""
+    result, lines = run_demo(tmp_path, "--store", "s3", "--wire-faults", "--batches", "3",
+                             "--rows", "40", "--crashes", "1", "--seed", "5", "--skip-plain")
     assert "outputs and checkpoints in s3a://sparkeos-demo/sparkeos-demo" in lines[0]
+    faults = re.search(r"wire faults: (\d+) replies lost .*, (\d+) answered 503", result.stdout)
+    assert faults and int(faults.group(1)) > 0, result.stdout
     assert re.fullmatch(
         r"exactly-once: verified input=120 output=120 duplicates=0 missing=0", lines[-1])
     assert "sparkeos status s3a://sparkeos-demo/sparkeos-demo/checkpoint-exactly_once" in (
         result.stdout)
+
+
+@pytest.mark.chaos
+@pytest.mark.clouds
+@pytest.mark.parametrize("store,uri", [
+    ("gs", "gs://sparkeos-demo/sparkeos-demo"),
+    ("abfs", "abfs://sparkeos-demo@devstoreaccount1.dfs.core.windows.net/sparkeos-demo")])
+def test_demo_on_the_gcs_and_azure_emulators(tmp_path, store, uri, request):
+    """``sparkeos demo --store gs|abfs``: the commit log and the output on the local
+    emulator (fake-gcs-server, Azurite), Spark's checkpoint in the workdir, two driver
+    kills."""
+    request.getfixturevalue("gcs" if store == "gs" else "azure")  # the session's emulator
+    result, lines = run_demo(tmp_path, "--store", store, "--batches", "3", "--rows", "40",
+                             "--crashes", "2", "--seed", "5", "--skip-plain")
+    assert f"outputs and checkpoints in {uri}" in lines[0]
+    assert result.stdout.count("driver killed") == 2, result.stdout
+    assert re.fullmatch(
+        r"exactly-once: verified input=120 output=120 duplicates=0 missing=0", lines[-1])
+    assert f"sparkeos status {uri}/checkpoint-exactly_once" in result.stdout

@@ -104,7 +104,7 @@ def test_file_sink_on_an_object_store_never_shows_its_credentials(
         s3: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture,
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from sparkeos.connectors.file import FileSink
-    from sparkeos.core import objectstore
+    from sparkeos.core.stores import s3 as objectstore
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CANARY)  # the local store takes any
     monkeypatch.setattr(objectstore, "_clients", {})  # a client made with the canary

@@ -26,6 +26,8 @@ from sparkeos.testing.job import JobSpec, run_job_process, write_input
 
 CRASH_POINTS = (*DRIVER_POINTS, "kill_driver_after_first_prepare")
 LOCAL_BUCKET = "sparkeos-demo"
+SPARKLESS_STORES = ("gs", "abfs", "abfss", "wasb", "wasbs")
+"""Stores sparkeos writes but pyspark's Hadoop does not reach (no connector jars)."""
 
 
 @dataclass
@@ -93,13 +95,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=None,
                         help="where outputs and checkpoints go instead of the workdir, e.g. "
                         "hdfs://namenode:8020/sparkeos-demo or s3a://bucket/sparkeos-demo "
-                        "(recreated); 's3': the checkout's local S3-compatible store "
-                        "(docker/services/s3.sh, started if needed)")
+                        "(recreated); 's3', 'gs', 'abfs': the checkout's local S3-compatible "
+                        "store, GCS emulator or Azure Blob emulator (docker/services/s3.sh, "
+                        "gcs.sh, azure.sh, started if needed). On gs:// and abfs:// Spark's "
+                        "own checkpoint stays in the workdir (pyspark has no connector for "
+                        "them); the commit log and the output are on the store")
     parser.add_argument("--format", action="store_true",
                         help='write through writeStream.format("sparkeos-parquet") instead '
                         "of foreachBatch(exactly_once(FileSink(...)))")
     parser.add_argument("--skip-plain", action="store_true",
                         help="do not run the plain foreachBatch comparison")
+    parser.add_argument("--wire-faults", action="store_true",
+                        help="with an s3a:// store: sparkeos' requests to it go through a "
+                        "fault proxy (sparkeos.testing.wireproxy) that loses the replies "
+                        "of a share of applied writes and answers 503 SlowDown to others "
+                        "(Spark's own S3A goes to the store directly)")
     args = parser.parse_args(argv)
     if args.crashes >= args.batches:
         parser.error("--crashes must be smaller than --batches")
@@ -112,16 +122,34 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     spark_conf: dict[str, str] = {}
+    local_emulator = args.store in ("gs", "abfs")
     if args.store == "s3":
         from sparkeos.testing.s3a import start_local_store
 
         start_local_store(LOCAL_BUCKET)
         args.store = f"s3a://{LOCAL_BUCKET}/sparkeos-demo"
-    if args.store and args.store.split("://")[0] in ("s3", "s3a", "s3n"):
+    elif args.store == "gs":
+        from sparkeos.testing.clouds import start_local_gcs
+
+        args.store = f"{start_local_gcs(LOCAL_BUCKET)}/sparkeos-demo"
+    elif args.store == "abfs":
+        from sparkeos.testing.clouds import start_local_azure
+
+        args.store = f"{start_local_azure(LOCAL_BUCKET)}/sparkeos-demo"
+    scheme = args.store.split("://")[0] if args.store and "://" in args.store else ""
+    proxy = None
+    if scheme in ("s3", "s3a", "s3n"):
         from sparkeos.testing.s3a import s3a_spark_conf
 
         spark_conf = s3a_spark_conf()  # Spark's checkpoint there too, through S3A
+        if args.wire_faults:
+            proxy = _fault_proxy()
+    elif args.wire_faults:
+        parser.error("--wire-faults needs an s3a:// store (--store s3)")
     store = _fresh_store(args.store) if args.store else args.workdir
+    # Spark reaches gs:// and abfs:// only through connectors pyspark does not ship: its
+    # checkpoint stays local, sparkeos' commit log goes on the store.
+    spark_store = args.workdir if scheme in SPARKLESS_STORES else store
     say(f"sparkeos demo: {args.batches} batches x {args.rows} rows, {args.crashes} driver "
         f"kills per query, seed {seed}, workdir {args.workdir}"
         + (f", outputs and checkpoints in {store}" if args.store else "")
@@ -141,18 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_plain:
         plans.insert(0, ("plain foreachBatch", "plain",
                          {"factory": "sparkeos.testing.job:plain_file_writer",
-                          "kwargs": {"path": f"{store}/out-plain"}}))
+                          "kwargs": {"path": f"{spark_store}/out-plain"}}))
     for label, mode, sink in plans:
         route = "format" if args.format and mode == "exactly_once" else "foreachBatch"
         say(f"{label}" + (' (writeStream.format("sparkeos-parquet"))'
                           if route == "format" else "") + ":")
+        log = ({"checkpoint_location": f"{store}/checkpoint-{mode}"}
+               if spark_store != store and route == "foreachBatch" else {})
         spec = JobSpec(input=os.path.join(args.workdir, "input"),
-                       checkpoint=f"{store}/checkpoint-{mode}", master=args.master,
+                       checkpoint=f"{spark_store}/checkpoint-{mode}", master=args.master,
                        sink=sink, name="demo", mode=mode, connect=args.connect,
-                       spark_conf=spark_conf, route=route)
+                       spark_conf=spark_conf, route=route, settings=log)
         started = time.monotonic()
         crashes, runs = _run_with_crashes(spec, schedule, say)
-        table = read_output(exactly if mode == "exactly_once" else f"{store}/out-plain")
+        table = read_output(exactly if mode == "exactly_once" else f"{spark_store}/out-plain")
         visible = table.column("id").to_pylist() if table.num_rows else []
         outcomes.append(_count(label, expected, visible, crashes, runs,
                                time.monotonic() - started))
@@ -165,16 +195,52 @@ def main(argv: list[str] | None = None) -> int:
             f"{o.duplicates:>12}{o.missing:>9}{o.seconds:>9.1f}")
     where = ""
     if store.startswith(f"s3a://{LOCAL_BUCKET}/") and os.environ.get("AWS_ENDPOINT_URL_S3"):
-        where = (f"AWS_ENDPOINT_URL_S3={os.environ['AWS_ENDPOINT_URL_S3']} "
+        endpoint = (os.environ.get("SPARKEOS_DEMO_STORE_ENDPOINT")
+                    or os.environ["AWS_ENDPOINT_URL_S3"])
+        where = (f"AWS_ENDPOINT_URL_S3={endpoint} "
                  "AWS_ACCESS_KEY_ID=sparkeos AWS_SECRET_ACCESS_KEY=sparkeos ")
-    say(f"inspect: {where}sparkeos status {store}/checkpoint-exactly_once")
+    if local_emulator and not args.format:
+        where += " ".join(f"{name}='{os.environ[name]}'" for name in (
+            "STORAGE_EMULATOR_HOST", "AZURE_STORAGE_CONNECTION_STRING") if name in os.environ)
+        where += " " if where else ""
+    log_root = store if not args.format else spark_store
+    say(f"inspect: {where}sparkeos status {log_root}/checkpoint-exactly_once")
     eo = outcomes[-1]
-    if eo.duplicates == 0 and eo.missing == 0 and eo.output == eo.input and eo.crashes >= 1:
+    hurt = True
+    if proxy is not None:
+        proxy.stop()
+        injected = [action for action, _, _ in proxy.injected]
+        say(f"wire faults: {injected.count('lost_reply')} replies lost after the store "
+            f"applied the write, {injected.count('slow_down')} answered 503 SlowDown, of "
+            f"{len(proxy.requests)} requests")
+        hurt = bool(injected)
+    if (eo.duplicates == 0 and eo.missing == 0 and eo.output == eo.input and eo.crashes >= 1
+            and hurt):
         say(f"exactly-once: verified input={eo.input} output={eo.output} duplicates=0 missing=0")
         return 0
     say(f"exactly-once: FAILED input={eo.input} output={eo.output} duplicates={eo.duplicates} "
         f"missing={eo.missing} crashes={eo.crashes}")
     return 1
+
+
+def _fault_proxy() -> Any:
+    """A fault proxy before the S3 endpoint of this process (and its children, which
+    inherit ``AWS_ENDPOINT_URL_S3``): a fifth of conditional writes and a tenth of other
+    writes lose their reply after the store applied them, 5 % of requests get ``503
+    SlowDown``."""
+    from sparkeos.testing.wireproxy import LOST_REPLY, SLOW_DOWN, Fault, FaultProxy
+
+    direct = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not direct or not direct.startswith("http://"):
+        raise SystemExit("--wire-faults: set AWS_ENDPOINT_URL_S3 to the store's http:// "
+                         "endpoint (or use --store s3)")
+    proxy = FaultProxy(direct).start()
+    os.environ["SPARKEOS_DEMO_STORE_ENDPOINT"] = direct
+    proxy.add(Fault(LOST_REPLY, method="PUT", conditional=True, fraction=0.2))
+    proxy.add(Fault(LOST_REPLY, method="PUT", conditional=False, fraction=0.1))
+    proxy.add(Fault(SLOW_DOWN, fraction=0.05, seed=38))
+    os.environ["AWS_ENDPOINT_URL_S3"] = proxy.endpoint
+    return proxy
 
 
 def _fresh_store(uri: str) -> str:

@@ -141,7 +141,11 @@ def finish(config: PostgresConfig, handle: PgTransaction) -> Receipt:
                                handle.fingerprint.written())
             _end_transaction(config, cur, handle)
     except BaseException:
-        discard(handle.conn)
+        # The session goes with the failure. A PREPARE TRANSACTION whose reply was lost
+        # may have gone through: with no session left, ``abort`` rolls the attempt back
+        # by its gid, else its prepared rows would block the retry's on every key.
+        conn, handle.conn = handle.conn, None
+        discard(conn)
         raise
     POOL.release(config.dsn, handle.conn)
     handle.conn = None

@@ -16,7 +16,7 @@ from integration.fixtures.s3 import S3
 from sparkeos.core.commitlog import FilesStore, open_store
 from sparkeos.core.errors import ConfigurationError, RecordExistsError, RetriableError
 from sparkeos.core.files import split_uri
-from sparkeos.core.objectstore import S3Files
+from sparkeos.core.stores.s3 import S3Files
 from sparkeos.testing.files_contract import check_write_once
 from sparkeos.testing.wireproxy import LOST_REPLY, SLOW_DOWN, Fault, FaultProxy
 

@@ -8,7 +8,8 @@ suite with no ``pytest.ini``:
 Markers it registers: ``spark`` (needs Java and pyspark), ``chaos`` (kills and
 restarts Spark driver processes: slow), ``speculation`` (runs on a local Spark
 standalone cluster), ``connect`` (through Spark Connect), ``hdfs`` (on a real HDFS),
-``s3`` (on an S3-compatible object store).
+``s3`` (on an S3-compatible object store), ``clouds`` (on the GCS and Azure Blob
+emulators).
 Fixture: ``spark_cluster``, the master URL of a standalone cluster
 (a master and two workers on 127.0.0.2 / 127.0.0.3) started once per session and
 stopped at the end if the session started it.
@@ -36,6 +37,9 @@ MARKERS = {
     "s3": "puts checkpoints, commit logs, staging or output on an S3-compatible object "
           "store (docker/services/s3.sh, or $SPARKEOS_S3_ENDPOINT); deselect with "
           "-m 'not s3'",
+    "clouds": "puts commit logs, staging or output on Google Cloud Storage and Azure Blob "
+              "Storage emulators (docker/services/gcs.sh, azure.sh); deselect with "
+              "-m 'not clouds'",
     "soak": "a long run compressed: thousands of tiny batches with kills and task "
             "retries, checking that everything stays bounded (SPARKEOS_SOAK_BATCHES "
             "scales it); deselect with -m 'not soak'",

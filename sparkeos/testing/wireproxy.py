@@ -17,10 +17,14 @@ Faults (``Fault.action``):
 * ``RESET``: the connection is closed before the request reaches the store (nothing
   applied);
 * ``SLOW_DOWN``: answered ``503 SlowDown`` without reaching the store (S3's throttle);
-* ``SERVER_ERROR``: answered ``500 InternalError`` without reaching the store.
+* ``SERVER_ERROR``: answered ``500 InternalError`` without reaching the store;
+* ``STRIP_CONDITIONS``: forwarded without its preconditions (``If-None-Match``,
+  ``If-Match``, GCS's ``ifGenerationMatch``): the store as one that ignores them, which
+  sparkeos must refuse.
 
 A fault matches by method, a regular expression searched in the request's path (query
-included), and ``conditional`` (the request carries ``If-None-Match`` / ``If-Match``);
+included), and ``conditional`` (the request carries ``If-None-Match`` / ``If-Match``, or
+GCS's ``ifGenerationMatch``);
 it fires ``times`` times (None: every match), or on a seeded ``fraction`` of matches.
 Everything else is forwarded untouched. Each injected fault is recorded in
 ``proxy.injected`` (action, method, path) for the test's assertion that it happened,
@@ -43,7 +47,10 @@ LOST_REPLY = "lost_reply"
 RESET = "reset"
 SLOW_DOWN = "slow_down"
 SERVER_ERROR = "server_error"
-ACTIONS = (LOST_REPLY, RESET, SLOW_DOWN, SERVER_ERROR)
+STRIP_CONDITIONS = "strip_conditions"
+ACTIONS = (LOST_REPLY, RESET, SLOW_DOWN, SERVER_ERROR, STRIP_CONDITIONS)
+_CONDITION_HEADERS = frozenset({"if-none-match", "if-match"})
+_CONDITION_QUERY = re.compile(r"([?&])ifGenerationMatch=[^&]*&?")
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer",
                          "upgrade", "proxy-connection"})
 _ERRORS = {
@@ -80,7 +87,7 @@ class Fault:
         if self.path and not re.search(self.path, urllib.parse.unquote(path)):
             return False
         if self.conditional is not None:
-            conditional = bool(headers.get("If-None-Match") or headers.get("If-Match"))
+            conditional = is_conditional(path, headers)
             if conditional != self.conditional:
                 return False
         return True
@@ -95,6 +102,11 @@ class Fault:
             return False
         self.times -= 1
         return True
+
+
+def is_conditional(path: str, headers: Any) -> bool:
+    return bool(headers.get("If-None-Match") or headers.get("If-Match")
+                or "ifGenerationMatch=" in path)
 
 
 class FaultProxy:
@@ -189,18 +201,24 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                     f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
                     f"<Message>{message}</Message></Error>").encode())
                 return
-            status, headers, answer = self._forward(body)
+            status, headers, answer = self._forward(body, action == STRIP_CONDITIONS)
             if action == LOST_REPLY:
                 self._drop()
                 return
             self._answer(status, headers, answer)
 
-        def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        def _forward(self, body: bytes, unconditional: bool = False
+                     ) -> tuple[int, list[tuple[str, str]], bytes]:
             connection = http.client.HTTPConnection(*proxy.upstream, timeout=120)
+            path = self.path
+            if unconditional:
+                path = _CONDITION_QUERY.sub(r"\1", path).rstrip("?&")
             try:
-                connection.putrequest(self.command, self.path, skip_host=True,
+                connection.putrequest(self.command, path, skip_host=True,
                                       skip_accept_encoding=True)
                 for name, value in self.headers.items():
+                    if unconditional and name.lower() in _CONDITION_HEADERS:
+                        continue
                     if name.lower() not in _HOP_BY_HOP or name.lower() == "transfer-encoding":
                         connection.putheader(name, value)
                 connection.endheaders(body or None)
@@ -232,10 +250,10 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             except OSError:
                 pass
 
-        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+        do_GET = do_PUT = do_POST = do_PATCH = do_DELETE = do_HEAD = _handle
 
     return Handler
 
 
-__all__ = ["ACTIONS", "LOST_REPLY", "RESET", "SERVER_ERROR", "SLOW_DOWN", "Fault",
-           "FaultProxy"]
+__all__ = ["ACTIONS", "LOST_REPLY", "RESET", "SERVER_ERROR", "SLOW_DOWN", "STRIP_CONDITIONS",
+           "Fault", "FaultProxy", "is_conditional"]

@@ -8,8 +8,12 @@ import pickle
 import pytest
 
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.files import LocalFiles, WebHdfsFiles, resolve_location, split_uri
-from sparkeos.core.objectstore import S3Files
+from sparkeos.core.files import resolve_location, split_uri
+from sparkeos.core.stores.azure import AzureBlobFiles
+from sparkeos.core.stores.gcs import GcsFiles
+from sparkeos.core.stores.local import LocalFiles
+from sparkeos.core.stores.s3 import S3Files
+from sparkeos.core.stores.webhdfs import WebHdfsFiles
 from sparkeos.testing.files_contract import check_write_once
 
 
@@ -30,10 +34,50 @@ def test_hdfs_uris_go_through_webhdfs(monkeypatch):
     assert split_uri("webhdfs://nn:14000/x")[0].http == "http://nn:14000"  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("uri", ["gs://b/out", "abfss://c@a/out", "wasbs://c@a/out"])
+@pytest.mark.parametrize("uri", ["oss://b/out", "r2://b/out"])
 def test_object_stores_without_conditional_writes_from_sparkeos_are_refused(uri):
     with pytest.raises(ConfigurationError, match="conditional writes"):
         split_uri(uri)
+
+
+def test_gs_uris_are_written_with_conditional_writes(monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "127.0.0.1:4443")
+    files, path = split_uri("gs://bucket/data/out/")
+    assert isinstance(files, GcsFiles) and files.atomic_create and not files.is_local
+    assert (files.bucket, files.endpoint, path) == ("bucket", "http://127.0.0.1:4443",
+                                                    "/data/out")
+    assert resolve_location("gs://bucket/data/out/") == "gs://bucket/data/out"
+    with pytest.raises(ConfigurationError, match="names no bucket"):
+        split_uri("gs:///data")
+
+
+ACCOUNT_KEY = "a2V5LWNhbmFyeQ=="
+
+
+@pytest.mark.parametrize("scheme,host", [("abfss", "acct.dfs.core.windows.net"),
+                                         ("wasbs", "acct.blob.core.windows.net")])
+def test_azure_uris_name_a_container_of_an_account(scheme, host, monkeypatch):
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
+    monkeypatch.setenv("AZURE_STORAGE_KEY", ACCOUNT_KEY)
+    files, path = split_uri(f"{scheme}://data@{host}/out/")
+    assert isinstance(files, AzureBlobFiles) and files.atomic_create
+    assert (files.container, files.account, files.endpoint, path) == (
+        "data", "acct", "https://acct.blob.core.windows.net", "/out")
+    assert files.uri(path) == f"{scheme}://data@{host}/out"
+    assert ACCOUNT_KEY not in repr(files) + repr(pickle.dumps(files))  # never carried
+    with pytest.raises(ConfigurationError, match="names no container"):
+        split_uri(f"{scheme}://{host}/out")
+
+
+def test_an_azure_connection_string_gives_its_account_s_endpoint(monkeypatch):
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+                       f"AccountKey={ACCOUNT_KEY};BlobEndpoint=http://127.0.0.1:10000/"
+                       "devstoreaccount1;")
+    emulated, _ = split_uri("abfs://c@devstoreaccount1.dfs.core.windows.net/x")
+    assert emulated.endpoint == "http://127.0.0.1:10000/devstoreaccount1"  # type: ignore[attr-defined]
+    other, _ = split_uri("abfs://c@other.dfs.core.windows.net/x")
+    assert other.endpoint == "https://other.blob.core.windows.net"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("scheme", ["s3", "s3a", "s3n"])

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from sparkeos.core.commitlog import sink_log_location
-from sparkeos.core.files import LocalFiles, split_uri
+from sparkeos.core.files import split_uri
 from sparkeos.core.locations import Location, parse
+from sparkeos.core.stores.local import LocalFiles
 
 HADOOP_CASES = [
     ("/tmp/ckpt", ("", "", "/tmp/ckpt")),

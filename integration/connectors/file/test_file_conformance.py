@@ -202,7 +202,7 @@ class TestFileSinkHdfsConnect(ConnectConformance, TestFileSinkHdfs):
 class TestFileSinkS3(StoreWireFaultCases, SampledConformance, CheckpointOnS3,
                      TestFileSinkParquet):
     """The file sink with everything on an S3-compatible object store: output, staging,
-    claims and publishing by conditional writes (``core.objectstore``), the commit log
+    claims and publishing by conditional writes (``core.stores``), the commit log
     too, and Spark's checkpoint through S3A. Every in-process case (the crash matrix,
     concurrent attempts, twin commits) with its commit log and output on the store, and
     driver kills at random moments, whose last run goes to the end (every batch end to

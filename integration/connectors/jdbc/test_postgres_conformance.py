@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from integration.connectors.jdbc.support import PgServer, prepared_on_tables
+from sparkeos.connectors.jdbc import PostgresSink
 from sparkeos.testing.conformance import (
     ClusterConformance,
     ConnectConformance,
@@ -16,6 +17,8 @@ from sparkeos.testing.conformance import (
     SampledDriverKills,
     SampledFormatConformance,
 )
+from sparkeos.testing.tcpproxy import LOST_REPLY, POSTGRES, RESET, WireFault
+from sparkeos.testing.wirefaults import WireFaultConformance
 
 
 class TestPostgresSinkConformance(SampledDriverKills, ClusterConformance, ConnectorConformance):
@@ -72,6 +75,53 @@ class TestPostgresSinkConformance(SampledDriverKills, ClusterConformance, Connec
                 return []
             cur.execute(f'SELECT id FROM "{self.names.table}"')
             return [row[0] for row in cur.fetchall()]
+
+
+class TestPostgresWireFaults(WireFaultConformance, TestPostgresSinkConformance):
+    """Issue 37: the sink's connections through a fault proxy, one step of its commit
+    path hurt per case: the reply to ``COMMIT PREPARED`` lost after the server committed
+    (the driver's connection dies; the marker row says the gid is committed), the
+    connection reset before it (the gid is still prepared), the reply to ``PREPARE
+    TRANSACTION`` lost (the attempt's gid is prepared behind its back: the task's abort
+    rolls it back by gid, the retry prepares its own), the reply to the marker row's
+    INSERT lost (the session dies: its transaction rolls back), and the replies of a
+    seeded third of every PREPARE and COMMIT PREPARED lost."""
+
+    wire_protocol = POSTGRES
+    wire_steps = ("commit_prepared_reply_lost", "commit_prepared_reset",
+                  "prepare_reply_lost", "marker_reply_lost", "a_third_of_replies_lost")
+
+    def wire_upstream(self) -> str:
+        import psycopg2.extensions
+
+        params = psycopg2.extensions.parse_dsn(self.dsn)
+        host = params.get("host", "")
+        if not host or host.startswith("/") or "," in host:
+            pytest.skip(f"the fault proxy forwards to one TCP address, not {host!r}")
+        return f"{host}:{params.get('port', 5432)}"
+
+    def wire_sink(self, workdir: str, address: str) -> PostgresSink:
+        import psycopg2.extensions
+
+        host, port = address.rsplit(":", 1)
+        # A primary key, as most tables have: an attempt's rows left prepared then
+        # block its retry's (a lock wait), which a table without one would hide.
+        kwargs = {**self.sink_spec(workdir)["kwargs"], "key": ["id"],
+                  "dsn": psycopg2.extensions.make_dsn(self.dsn, host=host, port=port)}
+        return PostgresSink(**kwargs)
+
+    def wire_faults(self, step: str) -> list[WireFault]:
+        return {
+            "commit_prepared_reply_lost": [WireFault(LOST_REPLY, r"^COMMIT PREPARED")],
+            "commit_prepared_reset": [WireFault(RESET, r"^COMMIT PREPARED")],
+            "prepare_reply_lost": [WireFault(LOST_REPLY, r"^PREPARE TRANSACTION")],
+            "marker_reply_lost": [WireFault(LOST_REPLY,
+                                            rf'^INSERT INTO "{self.names.marker}"')],
+            # Seeded: the same statements every run, in phase 1 and phase 2 and in the
+            # recovery after a restart.
+            "a_third_of_replies_lost": [WireFault(
+                LOST_REPLY, r"^(COMMIT PREPARED|PREPARE TRANSACTION)", fraction=1 / 3)],
+        }[step]
 
 
 class TestPostgresSinkConnect(ConnectConformance, TestPostgresSinkConformance):

@@ -15,7 +15,7 @@ import pytest
 
 from integration.fixtures.hdfs import CheckpointOnHdfs
 from integration.fixtures.s3 import StagingOnS3
-from sparkeos.connectors.kafka import read_topic
+from sparkeos.connectors.kafka import KafkaSink, read_topic
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.testing.conformance import (
     AtLeastOnceConformance,
@@ -29,6 +29,8 @@ from sparkeos.testing.conformance import (
 )
 from sparkeos.testing.job import JobSpec, run_job_process, write_input
 from sparkeos.testing.storefaults import StoreWireFaultCases
+from sparkeos.testing.tcpproxy import KAFKA, LOST_REPLY, RESET, WireFault
+from sparkeos.testing.wirefaults import WireFaultConformance
 
 from .conftest import create_topic, unique_name
 
@@ -64,6 +66,35 @@ class TestKafkaSinkStaged(SampledDriverKills, ConnectorConformance):
         return [int(json.loads(m.value())["id"]) for m in read_topic(self.bootstrap, self.topic)]
 
     soak_batches_default = 150
+
+
+class TestKafkaWireFaults(WireFaultConformance, TestKafkaSinkStaged):
+    """Issue 37: the staged sink's clients through a fault proxy (which rewrites the
+    broker's address in Metadata and FindCoordinator responses to its own), one step of
+    phase 2 hurt per case: the reply to the committing EndTxn lost after the
+    coordinator committed, the connection reset before it, the reply to
+    TxnOffsetCommit (the marker) lost. librdkafka retries each on a new connection; a
+    publish that fails anyway is started over, and its marker says it is committed."""
+
+    wire_protocol = KAFKA
+    wire_steps = ("end_txn_reply_lost", "end_txn_reset", "marker_reply_lost")
+
+    def wire_upstream(self) -> str:
+        if "," in self.bootstrap:
+            pytest.skip("the fault proxy stands in for one broker; "
+                        f"{self.bootstrap} names several")
+        return self.bootstrap
+
+    def wire_sink(self, workdir: str, address: str) -> KafkaSink:
+        return KafkaSink(**{**self.sink_spec(workdir)["kwargs"], "bootstrap_servers": address})
+
+    def wire_faults(self, step: str) -> list[WireFault]:
+        commit = rf"^EndTxn v\d+ commit {self.prefix}"
+        return {
+            "end_txn_reply_lost": [WireFault(LOST_REPLY, commit)],
+            "end_txn_reset": [WireFault(RESET, commit)],
+            "marker_reply_lost": [WireFault(LOST_REPLY, r"^TxnOffsetCommit ")],
+        }[step]
 
 
 class TestKafkaFormat(SampledFormatConformance, TestKafkaSinkStaged):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import urllib.parse
 import uuid
 from typing import Any
 
@@ -17,6 +19,8 @@ import pytest
 
 from integration.fixtures.s3 import StagingOnS3
 from integration.stomp_helpers import drain, queue_depth_artemis
+from sparkeos.connectors.stomp import StompSink
+from sparkeos.connectors.stomp.client import Endpoint
 from sparkeos.testing.conformance import (
     ConnectorConformance,
     InProcessConformance,
@@ -24,6 +28,8 @@ from sparkeos.testing.conformance import (
     SampledFormatConformance,
 )
 from sparkeos.testing.storefaults import StoreWireFaultCases
+from sparkeos.testing.tcpproxy import LOST_REPLY, RESET, STOMP, WireFault
+from sparkeos.testing.wirefaults import WireFaultConformance
 
 
 def output_depth(queue: str, local: bool) -> int | None:
@@ -83,6 +89,35 @@ class TestStompSinkArtemis(SampledDriverKills, ConnectorConformance):
             messages = drain(self.url, self.queue, expect=depth, timeout=120.0)
             self.received += [int(json.loads(m.body)["id"]) for m in messages]
         return list(self.received)
+
+
+class TestStompWireFaults(WireFaultConformance, TestStompSinkArtemis):
+    """Issue 37: the sink's connections through a fault proxy, one step of phase 2's
+    publish hurt per case: the RECEIPT of the last SEND (which confirms them all) lost
+    after the broker stored every message, and the connection reset before that last
+    SEND. The commit task fails with the outcome unknown and is retried: it sends every
+    message again under the same duplicate IDs, and Artemis drops those it has."""
+
+    wire_protocol = STOMP
+    wire_steps = ("receipt_lost", "reset_before_last_send")
+
+    def wire_upstream(self) -> str:
+        return Endpoint.parse(self.url).address
+
+    def wire_sink(self, workdir: str, address: str) -> StompSink:
+        parts = urllib.parse.urlsplit(self.url)
+        login = parts.netloc.rpartition("@")[0]
+        url = urllib.parse.urlunsplit(
+            parts._replace(netloc=f"{login}@{address}" if login else address))
+        return StompSink(**{**self.sink_spec(workdir)["kwargs"], "url": url})
+
+    def wire_faults(self, step: str) -> list[WireFault]:
+        # The last SEND of a publish to this test's queue: the one with the receipt.
+        last_send = rf"^SEND (?=.*\bdestination:{re.escape(self.queue)}\b)(?=.*\breceipt:)"
+        return {
+            "receipt_lost": [WireFault(LOST_REPLY, last_send)],
+            "reset_before_last_send": [WireFault(RESET, last_send)],
+        }[step]
 
 
 class TestStompFormat(SampledFormatConformance, TestStompSinkArtemis):

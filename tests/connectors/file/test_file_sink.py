@@ -149,8 +149,9 @@ def test_config_is_validated_at_construction():
     with pytest.raises(ConfigurationError, match="needs a path"):
         FileSink("")
     with pytest.raises(ConfigurationError, match=r"object store.*conditional writes"):
-        FileSink("gs://bucket/out")
+        FileSink("oss://bucket/out")
     assert FileSink("s3a://bucket/out/").directory == "s3a://bucket/out"
+    assert FileSink("gs://bucket/out/").directory == "gs://bucket/out"
     with pytest.raises(ConfigurationError, match="cannot write files on ftp://"):
         FileSink("ftp://host/out")
     with pytest.raises(ConfigurationError, match="names no NameNode"):
@@ -248,7 +249,7 @@ def test_an_empty_partition_leaves_no_local_temp_directory_on_hdfs(tmp_path, mon
     import dataclasses
     import tempfile
 
-    from sparkeos.core.files import LocalFiles
+    from sparkeos.core.stores.local import LocalFiles
 
     @dataclasses.dataclass(frozen=True)
     class UploadedFiles(LocalFiles):

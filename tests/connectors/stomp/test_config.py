@@ -132,7 +132,7 @@ def test_staging_may_be_on_hdfs_or_an_object_store(monkeypatch):
     """Staging and the PUBLISHED records go through core.files: a POSIX path is made
     absolute, an object store's URI kept (no shared mount needed, none checked)."""
     from sparkeos.connectors.stomp import StompSink
-    from sparkeos.core.objectstore import S3Files
+    from sparkeos.core.stores.s3 import S3Files
 
     monkeypatch.delenv("SPARKEOS_WEBHDFS_PORT", raising=False)
     on_s3 = StompSink("stomp://h:61613", destination="q", staging_dir="s3a://lake/stomp/")

@@ -1,0 +1,235 @@
+"""Google Cloud Storage as a ``Files``: write-once by ``ifGenerationMatch=0``.
+
+A create with the precondition ``ifGenerationMatch=0`` succeeds only if no live object
+has the name; of two racing writers one gets ``412 Precondition Failed``. The writer
+token is the object's custom metadata ``sparkeos-writer`` (``core.stores.writeonce``
+settles a 412 with it). Objects above 8 MiB go up as one resumable upload, in chunks,
+its precondition checked when it is finalized: a large part file is never a second
+object. A publish is a ``rewrite`` inside the store with ``ifGenerationMatch=0`` on the
+destination (no round trip through the committing process), where the probe found the
+store honours it; otherwise (fake-gcs-server ignores it) the staged object is streamed
+through the process to a conditional create.
+
+Credentials come from Google's Application Default Credentials (``GOOGLE_APPLICATION_
+CREDENTIALS``, the metadata server, ``gcloud auth application-default login``): never
+part of this object. The endpoint (``STORAGE_EMULATOR_HOST``, the variable Google's
+clients read for an emulator, else the active session's
+``spark.hadoop.fs.gs.storage.root.url``; unset: Google's) is resolved on the driver and
+travels with the object to the tasks. With an emulator endpoint and no credentials
+file the client signs nothing (the emulators take anonymous requests).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from ..errors import ConfigurationError, RetriableError
+from .writeonce import MIB, ObjectStoreFiles, StoreConflict, key_of, spark_setting
+
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+WRITER_META = "sparkeos-writer"
+TIMEOUT_S = 60.0
+
+_clients: dict[str | None, Any] = {}
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class GcsFiles(ObjectStoreFiles):
+    """One bucket of Google Cloud Storage; paths are ``/object/prefix`` inside it."""
+
+    scheme: str
+    bucket: str
+    endpoint: str | None = None
+    multipart_threshold: int = 8 * MIB
+    """Objects above this size go up as a resumable upload in chunks of ``part_size``."""
+    part_size: int = 64 * MIB
+    retry_s: float = 120.0
+    """How long the client retries one request (a reset, 429, 5xx) before it gives up."""
+
+    @classmethod
+    def from_environment(cls, scheme: str, bucket: str) -> GcsFiles:
+        endpoint = (os.environ.get(EMULATOR_ENV)
+                    or spark_setting("spark.hadoop.fs.gs.storage.root.url"))
+        if endpoint and "://" not in endpoint:
+            endpoint = f"http://{endpoint}"
+        return cls(scheme, bucket, endpoint.rstrip("/") if endpoint else None)
+
+    def uri(self, path: str) -> str:
+        return f"{self.scheme}://{self.bucket}{path}"
+
+    def where(self) -> str:
+        return f"{self.scheme}://{self.bucket} at {self.endpoint or 'Google Cloud Storage'}"
+
+    # -- the client ----------------------------------------------------------------------------
+    def _bucket(self) -> Any:
+        with _lock:
+            client = _clients.get(self.endpoint)
+            if client is None:
+                client = _clients[self.endpoint] = _new_client(self.endpoint)
+        return client.bucket(self.bucket)
+
+    def _call(self, what: str, path: str, call: Callable[[], Any], *,
+              creating: bool = False) -> Any:
+        """One call on ``path``'s object, its failures in this package's terms."""
+        from google.api_core import exceptions as api
+        from google.auth.exceptions import DefaultCredentialsError, TransportError
+        from requests.exceptions import RequestException
+
+        try:
+            return call()
+        except api.PreconditionFailed:
+            raise FileExistsError(self.uri(path)) from None
+        except api.NotFound:
+            if creating:  # a create meets 404 for its bucket only
+                raise self._no_bucket() from None
+            raise FileNotFoundError(self.uri(path)) from None
+        except api.Conflict:
+            raise StoreConflict(self.uri(path)) from None
+        except (api.Unauthorized, api.Forbidden) as exc:
+            raise ConfigurationError(
+                f"{self.where()} refused {what} on {self.uri(path)}: {exc.message}",
+                fix="give the service account storage.objects create, get, list and "
+                "delete on the bucket (roles/storage.objectAdmin)") from None
+        except DefaultCredentialsError:
+            raise ConfigurationError(
+                f"no credentials for {self.where()}",
+                fix="set GOOGLE_APPLICATION_CREDENTIALS in the driver's and the executors' "
+                "environment (or run where the metadata server gives them)") from None
+        except (api.TooManyRequests, api.ServerError, api.RetryError,
+                RequestException, TransportError, ConnectionError) as exc:
+            raise RetriableError(
+                f"{self.where()} failed {what} on {self.uri(path)}: {exc}",
+                fix=f"retried with the batch; check the store is up ({EMULATOR_ENV} for "
+                "an emulator)") from None
+        except api.GoogleAPICallError as exc:
+            raise OSError(f"{what} {self.uri(path)}: {exc.code} {exc.message}") from None
+
+    def _no_bucket(self) -> ConfigurationError:
+        return ConfigurationError(f"bucket {self.bucket} does not exist ({self.where()})",
+                                  fix=f"create the bucket {self.bucket}, or check the URI")
+
+    def _retry(self) -> Any:
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        return DEFAULT_RETRY.with_timeout(self.retry_s)
+
+    def _blob(self, path: str, token: str | None = None) -> Any:
+        blob = self._bucket().blob(key_of(path), chunk_size=self.part_size)
+        if token is not None:
+            blob.metadata = {WRITER_META: token}
+        return blob
+
+    # -- the primitives of a write-once store -----------------------------------------------
+    def _put_if_absent(self, path: str, body: bytes | IO[bytes], token: str) -> None:
+        blob = self._blob(path, token)
+        if isinstance(body, bytes):
+            self._call("create", path, lambda: blob.upload_from_string(
+                body, if_generation_match=0, retry=self._retry(), timeout=TIMEOUT_S),
+                creating=True)
+        else:
+            self._call("create", path, lambda: blob.upload_from_file(
+                body, rewind=True, if_generation_match=0, retry=self._retry(),
+                timeout=TIMEOUT_S), creating=True)
+
+    def _upload_if_absent(self, local_file: str, path: str, size: int, token: str) -> None:
+        blob = self._blob(path, token)
+        self._call("upload", path, lambda: blob.upload_from_filename(
+            local_file, if_generation_match=0, retry=self._retry(), timeout=TIMEOUT_S),
+            creating=True)
+
+    def _put(self, path: str, data: bytes) -> None:
+        blob = self._blob(path)
+        # Unconditional: sending it again writes the same bytes, so retrying is safe.
+        self._call("write", path, lambda: blob.upload_from_string(
+            data, retry=self._retry(), timeout=TIMEOUT_S), creating=True)
+
+    def _copy_in_store_if_absent(self, staged: str, final: str, token: str) -> bool:
+        source, target = self._blob(staged), self._blob(final, token)
+
+        def rewrite() -> None:
+            # A large object is rewritten in steps, each call resuming the last.
+            rewrite_token = None
+            while True:
+                rewrite_token, _, _ = target.rewrite(
+                    source, token=rewrite_token, if_generation_match=0,
+                    retry=self._retry(), timeout=TIMEOUT_S)
+                if rewrite_token is None:
+                    return
+
+        self._call("copy", final, rewrite)
+        return True
+
+    def _writer_of(self, path: str) -> str | None:
+        blob = self._call("stat", path, lambda: self._bucket().get_blob(
+            key_of(path), timeout=TIMEOUT_S, retry=self._retry()))
+        token = (blob.metadata or {}).get(WRITER_META) if blob is not None else None
+        return str(token) if token else None
+
+    def _size(self, path: str) -> int:
+        blob = self._call("stat", path, lambda: self._bucket().get_blob(
+            key_of(path), timeout=TIMEOUT_S, retry=self._retry()))
+        if blob is None:
+            raise FileNotFoundError(self.uri(path))
+        return int(blob.size or 0)
+
+    def _get(self, path: str) -> bytes:
+        data: bytes = self._call("read", path, lambda: self._blob(path).download_as_bytes(
+            timeout=TIMEOUT_S, retry=self._retry()))
+        return data
+
+    def _get_into(self, path: str, sink: IO[bytes]) -> None:
+        self._call("read", path, lambda: self._blob(path).download_to_file(
+            sink, timeout=TIMEOUT_S, retry=self._retry()))
+
+    def _keys(self, prefix: str) -> Iterator[str]:
+        pages = self._call("list", "/" + prefix, lambda: self._bucket().list_blobs(
+            prefix=prefix, timeout=TIMEOUT_S, retry=self._retry()).pages)
+        while True:
+            page = self._call("list", "/" + prefix, lambda: next(pages, None))
+            if page is None:
+                return
+            yield from (blob.name for blob in page)
+
+    def _names(self, prefix: str) -> list[str]:
+        def listing() -> list[str]:
+            found = self._bucket().list_blobs(prefix=prefix, delimiter="/",
+                                              timeout=TIMEOUT_S, retry=self._retry())
+            names = [blob.name[len(prefix):] for blob in found]
+            names += [p[len(prefix):].rstrip("/") for p in found.prefixes]
+            return [n for n in names if n]
+
+        result: list[str] = self._call("list", "/" + prefix, listing)
+        return result
+
+    def _delete_object(self, path: str) -> None:
+        try:
+            self._call("delete", path, lambda: self._blob(path).delete(
+                timeout=TIMEOUT_S, retry=self._retry()))
+        except FileNotFoundError:
+            pass
+
+
+def _new_client(endpoint: str | None) -> Any:
+    try:
+        from google.cloud import storage
+    except ImportError:
+        raise ConfigurationError(
+            "Google Cloud Storage needs google-cloud-storage, which is not installed",
+            fix="pip install 'sparkeos[gcs]' on the driver and the executors",
+        ) from None
+    options = {"api_endpoint": endpoint} if endpoint else None
+    if endpoint and not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or "sparkeos",
+                              credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+                              client_options=options)
+    return storage.Client(client_options=options)
+
+
+__all__ = ["EMULATOR_ENV", "GcsFiles"]

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# A local Google Cloud Storage emulator for development and integration tests, as a local
+# process: fake-gcs-server (github.com/fsouza/fake-gcs-server), built once from the Go
+# module proxy with the machine's Go into .services/gcs/bin (about two minutes the first
+# time), data in memory (a restart starts empty).
+#
+#   bash docker/services/gcs.sh fetch    # build the binary if missing
+#   bash docker/services/gcs.sh start    # fetch, start, wait; prints "gcs=http://127.0.0.1:<port>"
+#   bash docker/services/gcs.sh status   # exit 0 if running, 3 if not
+#   bash docker/services/gcs.sh stop     # TERM by pid file, then KILL
+#
+# Clients reach it with STORAGE_EMULATOR_HOST=http://127.0.0.1:<port> and no credentials
+# (it takes anonymous requests); buckets are made by their users. It honours
+# ifGenerationMatch=0 on uploads (the conditional create sparkeos needs) and ignores it on
+# copies (rewrite): sparkeos' probe finds that and streams a publish instead.
+#
+# Environment:
+#   SPARKEOS_SERVICES_DIR        default <repo>/.services
+#   SPARKEOS_GCS_PORT            default 29910
+#   SPARKEOS_GCS_VERSION         the fake-gcs-server module version, default v1.56.1
+#   SPARKEOS_GCS_START_TIMEOUT   seconds, default 60
+set -euo pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, ...
+
+PORT="${SPARKEOS_GCS_PORT:-29910}"
+VERSION="${SPARKEOS_GCS_VERSION:-v1.56.1}"
+START_TIMEOUT="${SPARKEOS_GCS_START_TIMEOUT:-60}"
+SDIR="$SERVICES_DIR/gcs"
+BIN="$SDIR/bin/fake-gcs-server"
+PIDFILE="$SDIR/gcs.pid"
+LOGFILE="$SDIR/gcs.log"
+
+[[ "$PORT" =~ ^[0-9]+$ ]] || die "SPARKEOS_GCS_PORT must be a number"
+mkdir -p "$SDIR"
+
+cmd_fetch() {
+  [[ -x "$BIN" && -f "$SDIR/.built-$VERSION" ]] && return 0
+  command -v go >/dev/null || die "Go is needed to build fake-gcs-server (Debian: apt-get install golang; or set STORAGE_EMULATOR_HOST to an emulator you run)"
+  log "building fake-gcs-server $VERSION with $(go version | cut -d' ' -f3) (first time: about two minutes) ..."
+  local t0; t0="$(now_ns)"
+  # its own module and build caches: nothing of the user's Go environment is touched
+  if ! GOBIN="$SDIR/bin" GOPATH="$SDIR/gopath" GOCACHE="$SDIR/gocache" GOFLAGS=-modcacherw \
+      go install "github.com/fsouza/fake-gcs-server@$VERSION" >"$SDIR/build.log" 2>&1; then
+    tail -n 20 "$SDIR/build.log" >&2; die "could not build fake-gcs-server (log: $SDIR/build.log)"
+  fi
+  rm -rf "$SDIR/gocache" "$SDIR/gopath"
+  touch "$SDIR/.built-$VERSION"
+  log "fake-gcs-server built, $(elapsed_since "$t0") s"
+}
+
+pid_is_ours() { pid_cmdline_has "$1" "fake-gcs-server" "-port $PORT"; }
+
+answers() { curl -s -o /dev/null -m 5 -w '%{http_code}' "http://$HOST:$PORT/storage/v1/b" | grep -q '^2'; }
+
+wait_ready() {
+  wait_until_ready "$1" "GCS (fake-gcs-server)" "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" \
+    "answer HTTP on $HOST:$PORT" answers
+}
+
+cmd_start() {
+  take_lock "$SDIR"
+  local pid
+  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then
+    wait_ready "$pid"
+    echo "gcs=http://$HOST:$PORT"
+    return 0
+  fi
+  rm -f "$PIDFILE"
+  ports_free "$PORT" || die "port $PORT already in use by another process (set SPARKEOS_GCS_PORT)"
+  cmd_fetch
+  local t0; t0="$(now_ns)"
+  echo "==== $(date -Is) starting fake-gcs-server on $HOST:$PORT" >>"$LOGFILE"
+  spawn "$PIDFILE" "$LOGFILE" "$SDIR" "$BIN" -scheme http -host "$HOST" -port "$PORT" \
+    -backend memory -public-host "$HOST:$PORT" -log-level warn
+  pid="$(await_pid "$PIDFILE")"
+  [[ -n "$pid" ]] || die "fake-gcs-server did not start (log: $LOGFILE)"
+  wait_ready "$pid"
+  log "GCS (fake-gcs-server) up, pid $pid, $(elapsed_since "$t0") s"
+  echo "gcs=http://$HOST:$PORT"
+}
+
+cmd_stop() {
+  take_lock "$SDIR"
+  stop_pidfile "$PIDFILE" pid_is_ours
+}
+
+cmd_status() { service_status "$PIDFILE" pid_is_ours "gcs=http://$HOST:$PORT" "gcs=http://$HOST:$PORT" answers; }
+
+case "${1:-}" in
+  fetch) take_lock "$SDIR"; cmd_fetch ;;
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 {fetch|start|stop|status}" >&2; exit 2 ;;
+esac

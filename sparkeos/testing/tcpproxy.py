@@ -1,0 +1,270 @@
+"""A fault-injecting TCP proxy: what a bad network day does to a database's or a
+broker's replies.
+
+Put it between sparkeos and PostgreSQL, Kafka or a STOMP broker, name the protocol and
+tell it which request to hurt:
+
+    with TcpFaultProxy("127.0.0.1:25432", POSTGRES) as proxy:    # proxy.address
+        proxy.add(WireFault(LOST_REPLY, r"^COMMIT PREPARED"))
+        conn = psycopg2.connect(host=proxy.host, port=proxy.port, ...)
+        ...                                    # the COMMIT is applied, its reply lost
+        assert proxy.injected                  # the fault happened
+
+The proxy reads the frames of each direction (``wireprotocols``) so that a fault
+matches one request by a regular expression searched in its summary:
+
+* PostgreSQL: the SQL of a simple Query or a Parse (``COMMIT PREPARED 'seos-...'``);
+* Kafka: ``<ApiName> v<version>``, EndTxn with ``commit``/``abort`` and the
+  transactional id (``EndTxn v4 commit seos-...``);
+* STOMP: the command and its headers (``SEND destination:q ... receipt:seos-r7``).
+
+Faults (``WireFault.action``; the names of ``wireproxy``, the HTTP proxy):
+
+* ``LOST_REPLY``: the request is forwarded and applied; the proxy swallows the server's
+  reply to it and closes the client's connection (and its own to the server): the
+  client cannot tell whether it was applied. A request without a reply of its own (a
+  STOMP SEND without a receipt, a PostgreSQL Parse) loses the next reply that confirms
+  it (the RECEIPT of a later frame, the ReadyForQuery after the Sync);
+* ``RESET``: the connection is closed before the request reaches the server (nothing
+  of it applied).
+
+A fault fires ``times`` times (None: on every match) or on a seeded ``fraction`` of the
+matches. Each injected fault is recorded in ``proxy.injected`` as (action, summary),
+every summarised request in ``proxy.requests``. Everything else passes untouched, but
+for Kafka's broker addresses, which the proxy rewrites to its own (one proxy per
+broker: the tests' brokers are single nodes, and a broker's advertised address must
+be the ``upstream`` the proxy was given).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+import threading
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .wireprotocols import KAFKA, POSTGRES, SESSIONS, STOMP, Session
+from .wireproxy import LOST_REPLY, RESET
+
+ACTIONS = (LOST_REPLY, RESET)
+_CHUNK = 65536
+
+
+@dataclass
+class WireFault:
+    action: str
+    request: str
+    """A regular expression searched in the request's summary."""
+    times: int | None = 1
+    """How many matches it fires on (None: every one)."""
+    fraction: float | None = None
+    """Fire on this share of the matches instead (seeded: the same run each time)."""
+    seed: int = 37
+    fired: int = field(default=0, init=False)
+    _pattern: re.Pattern[str] = field(init=False, repr=False)
+    _random: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown fault {self.action!r}; one of {ACTIONS}")
+        self._pattern = re.compile(self.request)
+        self._random = random.Random(self.seed)
+        if self.fraction is not None:
+            self.times = None
+
+    def fire(self, summary: str) -> bool:
+        """Whether this request is hurt (and count it)."""
+        if not self._pattern.search(summary):
+            return False
+        if self.fraction is not None:
+            hurt = self._random.random() < self.fraction
+        elif self.times is None:
+            hurt = True
+        else:
+            hurt = self.times > 0
+            self.times -= hurt
+        self.fired += hurt
+        return hurt
+
+
+class TcpFaultProxy:
+    """The proxy, on a free port of ``listen_host``, in threads of this process."""
+
+    def __init__(self, upstream: str, protocol: str, listen_host: str = "127.0.0.1") -> None:
+        if protocol not in SESSIONS:
+            raise ValueError(f"unknown protocol {protocol!r}; one of {sorted(SESSIONS)}")
+        host, _, port = upstream.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"TcpFaultProxy forwards to host:port, not {upstream!r}")
+        self.upstream = (host.strip("[]"), int(port))
+        self.protocol = protocol
+        self.faults: list[WireFault] = []
+        self.injected: list[tuple[str, str]] = []
+        self.requests: list[str] = []
+        """Every summarised request, in order."""
+        self.sessions: list[Session] = []
+        self._lock = threading.Lock()
+        self._links: set[_Link] = set()
+        self._server = socket.create_server((listen_host, 0))
+        self._thread = threading.Thread(target=self._accept, name="sparkeos-tcp-fault-proxy",
+                                        daemon=True)
+
+    @property
+    def host(self) -> str:
+        return str(self._server.getsockname()[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._server.getsockname()[1])
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def add(self, fault: WireFault) -> WireFault:
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self.faults.clear()
+
+    def start(self) -> TcpFaultProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening and close every connection still open."""
+        try:
+            self._server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._server.close()
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.close()
+
+    def __enter__(self) -> TcpFaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def choose(self, summary: str) -> str | None:
+        """The fault for this request, if one fires (recorded)."""
+        with self._lock:
+            self.requests.append(summary)
+            for fault in self.faults:
+                if fault.fire(summary):
+                    self.injected.append((fault.action, summary))
+                    return fault.action
+        return None
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return  # stopped
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=30)
+            except OSError:
+                client.close()  # as the server would: nothing listens
+                continue
+            upstream.settimeout(None)
+            for sock in (client, upstream):
+                # Frames go on as they are cut: Nagle's delay would add ~40 ms to
+                # every round trip of a chatty protocol.
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            session = SESSIONS[self.protocol](self.upstream, (self.host, self.port))
+            link = _Link(self, client, upstream, session)
+            with self._lock:
+                self._links.add(link)
+                self.sessions.append(session)
+            link.start()
+
+    def _forget(self, link: _Link) -> None:
+        with self._lock:
+            self._links.discard(link)
+
+
+class _Link:
+    """One client connection and the proxy's connection to the server for it."""
+
+    def __init__(self, proxy: TcpFaultProxy, client: socket.socket, server: socket.socket,
+                 session: Session) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.server = server
+        self.session = session
+        self.doomed: Hashable | None = None
+        """The token of the reply to swallow before closing (a LOST_REPLY)."""
+        self.doom_next = False
+        """A LOST_REPLY hit a request without a reply of its own: lose the next one."""
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for pump, name in ((self._requests, "requests"), (self._replies, "replies")):
+            threading.Thread(target=pump, name=f"sparkeos-tcp-fault-proxy-{name}",
+                             daemon=True).start()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for sock in (self.client, self.server):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the other pump's recv
+            except OSError:
+                pass
+            sock.close()
+        self.proxy._forget(self)
+
+    def _requests(self) -> None:
+        buffer = bytearray()
+        try:
+            while data := self.client.recv(_CHUNK):
+                buffer += data
+                while (request := self.session.request(buffer)) is not None:
+                    if request.answer is not None:
+                        self.client.sendall(request.answer)
+                        continue
+                    action = (self.proxy.choose(request.summary)
+                              if request.summary is not None else None)
+                    if action == RESET:
+                        return
+                    # Before forwarding: the reply may come back at once.
+                    if action == LOST_REPLY or (self.doom_next and request.reply is not None):
+                        self.doomed, self.doom_next = request.reply, request.reply is None
+                    self.server.sendall(request.raw)
+        except OSError:
+            pass
+        finally:
+            self.close()
+
+    def _replies(self) -> None:
+        buffer = bytearray()
+        try:
+            while data := self.server.recv(_CHUNK):
+                buffer += data
+                while (reply := self.session.reply(buffer)) is not None:
+                    if self.doomed is not None and reply.belongs == self.doomed:
+                        if reply.ends:
+                            return  # applied, and the client never hears of it
+                        continue
+                    self.client.sendall(reply.raw)
+        except OSError:
+            pass
+        finally:
+            self.close()
+
+
+__all__ = ["ACTIONS", "KAFKA", "LOST_REPLY", "POSTGRES", "RESET", "STOMP", "TcpFaultProxy",
+           "WireFault"]
