@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from .config import CoordinatorConfig, Guarantee
 from .errors import ConfigurationError, UnsupportedSparkError
 from .sparkversion import check_pyspark
+from .stores import settings as store_settings
 
 if TYPE_CHECKING:  # imported where used: Spark imports a format where it needs only the class
     import pyarrow as pa
@@ -62,7 +63,7 @@ SETTINGS: dict[str, tuple[str, Any]] = {
     "existingoutput": ("existing_output", str),
 }
 """``sparkeos.<option>`` (any case) and the ``exactly_once(...)`` setting it sets."""
-_MADE: dict[tuple[str, str, tuple[tuple[str, str], ...]],
+_MADE: dict[tuple[str, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]],
             tuple[TransactionalSink[Any], FormatSettings]] = {}
 _PARTITION_COLUMNS = "__partition_columns"
 
@@ -187,6 +188,10 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
     ``spark.dataSource.register(cls)``)."""
 
     format_name: ClassVar[str] = ""
+    store_locations: ClassVar[dict[str, str]] = {}
+    """Where the object stores are (``fs.s3a.endpoint``...), captured from the session by
+    ``sparkeos.register(spark)``: Spark gives the format's planner and committer no
+    session (``core.stores.settings``)."""
     complete_mode_appends: ClassVar[bool] = False
     """Whether ``outputMode("complete")`` is taken as Spark's own sink for the
     destination takes it: every batch's whole result table appended (a message
@@ -214,11 +219,17 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
         (Spark reuses its Python workers; a sink's own once-per-run state, such as the
         file sink's shared-directory mark, is not made again every batch)."""
         key = (self.format_name, str(schema), tuple(sorted(
-            (str(k).lower(), str(v)) for k, v in self.options.items())))
+            (str(k).lower(), str(v)) for k, v in self.options.items())),
+            tuple(sorted(self.store_locations.items())))
         made = _MADE.get(key)
         if made is None:
             made = _MADE[key] = self._make(schema)
         return made
+
+    def _locations(self) -> dict[str, str]:
+        """The store locations this format carries: those captured at registration, and
+        options of the same names (``.option("spark.hadoop.fs.s3a.endpoint", ...)``)."""
+        return {**self.store_locations, **store_settings.location_settings(self.options)}
 
     def _make(self, schema: pa.Schema) -> tuple[TransactionalSink[Any], FormatSettings]:
         options = Options(self.options, self.format_name)
@@ -231,12 +242,22 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
                 f"(partitionBy {columns})",
                 fix='drop .partitionBy(...); the file formats lay their output out by '
                 '.option("sparkeos.partitionBy", "col1,col2")')
+        for key in self.options:
+            if store_settings.location_settings({key: ""}):
+                options.get(str(key))  # read by core.stores.settings, not by the sink
         settings = FormatSettings.read(options)
         sink = self.make_sink(options, schema)
         options.finish()
         return sink, settings
 
     def streamWriter(self, schema: Any, overwrite: bool) -> FormatWriter:
+        locations = self._locations()
+        with store_settings.using(locations):
+            writer = self._stream_writer(schema, overwrite)
+        writer.locations = locations
+        return writer
+
+    def _stream_writer(self, schema: Any, overwrite: bool) -> FormatWriter:
         arrow = arrow_schema(schema)
         sink, settings = self._sink_and_settings(arrow)
         if overwrite and not self.complete_mode_appends:
@@ -268,11 +289,14 @@ class FormatWriter(DataSourceStreamArrowWriter):  # type: ignore[misc, valid-typ
     def __init__(self, query: FormatQuery | None, planned: PlannedBatch | None,
                  schema: pa.Schema) -> None:
         self.query, self.planned, self.schema = query, planned, schema
+        self.locations: dict[str, str] = {}
+        """The store locations its format carries (``core.stores.settings``)."""
 
     def __getstate__(self) -> dict[str, Any]:
         if self.planned is None:  # Spark ships it to the tasks: it must hold a plan
             raise UnsupportedSparkError(_TELLS_PLAN_FROM_COMMIT)
-        return {"query": None, "planned": self.planned, "schema": self.schema}
+        return {"query": None, "planned": self.planned, "schema": self.schema,
+                "locations": self.locations}
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedPartition:
         from pyspark import TaskContext
@@ -281,9 +305,10 @@ class FormatWriter(DataSourceStreamArrowWriter):  # type: ignore[misc, valid-typ
 
         ctx = TaskContext.get()
         assert ctx is not None and self.planned is not None
-        result = run_task(self.planned, ctx.partitionId(), ctx.attemptNumber(),
-                          f"s{ctx.stageId()}-t{ctx.taskAttemptId()}", iterator,
-                          ctx.getLocalProperty)
+        with store_settings.using(getattr(self, "locations", {})):
+            result = run_task(self.planned, ctx.partitionId(), ctx.attemptNumber(),
+                              f"s{ctx.stageId()}-t{ctx.taskAttemptId()}", iterator,
+                              ctx.getLocalProperty)
         return PreparedPartition(result)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -291,11 +316,13 @@ class FormatWriter(DataSourceStreamArrowWriter):  # type: ignore[misc, valid-typ
         if self.planned is not None:  # the commit worker began a run of its own
             raise UnsupportedSparkError(_TELLS_PLAN_FROM_COMMIT)
         results = [r for r in _results(messages) if r is not None]
-        self.query.commit(int(batchId), results, self.schema)
+        with store_settings.using(self.locations):
+            self.query.commit(int(batchId), results, self.schema)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         assert self.query is not None
-        self.query.abort(int(batchId), _results(messages))
+        with store_settings.using(self.locations):
+            self.query.abort(int(batchId), _results(messages))
 
 
 def _results(messages: list[WriterCommitMessage | None]) -> list[dict[str, Any] | None]:

@@ -99,13 +99,14 @@ CASES = [
          ConfigurationError, "is not shared", "same path",
          "use a shared mount at the same path everywhere, or HDFS"),
     Case("file-on-object-store",
-         "output or staging on an object store other than S3 (`gs://`, `abfs://`)",
+         "output or staging on an object store sparkeos does not write (`oss://`)",
          ConfigurationError, "conditional writes", "s3a://",
-         "an S3-compatible store (`s3a://`), HDFS or a shared mount"),
+         "S3 (`s3a://`), GCS (`gs://`), Azure Blob (`abfss://`), HDFS or a shared mount"),
     Case("s3-without-conditional-writes",
-         "an S3-compatible store that ignores `If-None-Match` (no conditional writes)",
+         "an object store that ignores its create-if-absent precondition",
          ConfigurationError, "does not honour conditional writes", "conditional writes",
-         "a store with conditional writes (S3, MinIO, R2, Ceph RGW), or HDFS"),
+         "a store with conditional writes (S3, GCS, Azure Blob, MinIO, R2, Ceph RGW), or "
+         "HDFS"),
     Case("hdfs-unreachable", "HDFS NameNode unreachable (WebHDFS)", RetriableError,
          "cannot be reached", "SPARKEOS_WEBHDFS_PORT",
          "start it, or set `SPARKEOS_WEBHDFS_PORT` / use `webhdfs://host:<http port>`"),
@@ -408,7 +409,7 @@ def file_not_shared(w: World, case: Case) -> None:
 
 
 def file_on_object_store(w: World, case: Case) -> None:
-    expect(case, lambda: FileSink("gs://bucket/out"))  # refused at construction
+    expect(case, lambda: FileSink("oss://bucket/out"))  # refused at construction
     out = w.tmp / "out"
     w.run(FileSink(str(out)))
     assert_exactly_once(_file_ids(out), EXPECTED)

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from sparkeos.core.files import split_uri
+
 
 def run_demo(tmp_path, *args):
     """``sparkeos demo`` in a process of its own: its result and output lines; it must
@@ -89,13 +91,17 @@ def test_demo_on_the_local_object_store_through_wire_faults(tmp_path, s3):
     ("abfs", "abfs://sparkeos-demo@devstoreaccount1.dfs.core.windows.net/sparkeos-demo")])
 def test_demo_on_the_gcs_and_azure_emulators(tmp_path, store, uri, request):
     """``sparkeos demo --store gs|abfs``: the commit log and the output on the local
-    emulator (fake-gcs-server, Azurite), Spark's checkpoint in the workdir, two driver
-    kills."""
+    emulator (fake-gcs-server, Azurite), a driver kill. On GCS Spark's checkpoint is
+    there too (Google's connector for Hadoop); on Azurite, which has no endpoint
+    hadoop-azure reaches, it is in the workdir."""
     request.getfixturevalue("gcs" if store == "gs" else "azure")  # the session's emulator
-    result, lines = run_demo(tmp_path, "--store", store, "--batches", "3", "--rows", "40",
-                             "--crashes", "2", "--seed", "5", "--skip-plain")
+    result, lines = run_demo(tmp_path, "--store", store, "--batches", "2", "--rows", "40",
+                             "--crashes", "1", "--seed", "5", "--skip-plain")
     assert f"outputs and checkpoints in {uri}" in lines[0]
-    assert result.stdout.count("driver killed") == 2, result.stdout
+    assert result.stdout.count("driver killed") == 1, result.stdout
     assert re.fullmatch(
-        r"exactly-once: verified input=120 output=120 duplicates=0 missing=0", lines[-1])
+        r"exactly-once: verified input=80 output=80 duplicates=0 missing=0", lines[-1])
     assert f"sparkeos status {uri}/checkpoint-exactly_once" in result.stdout
+    files, path = split_uri(f"{uri}/checkpoint-exactly_once")
+    on_the_store = {"sparkeos", "offsets", "commits"} if store == "gs" else {"sparkeos"}
+    assert on_the_store <= set(files.listdir(path)), files.listdir(path)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkeos.connectors.file import read_output
+from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.faults import DRIVER_POINTS
 from sparkeos.testing.job import JobSpec, run_job_process, write_input
 
@@ -146,10 +147,19 @@ def main(argv: list[str] | None = None) -> int:
             proxy = _fault_proxy()
     elif args.wire_faults:
         parser.error("--wire-faults needs an s3a:// store (--store s3)")
+    elif scheme == "gs" and local_emulator:
+        from sparkeos.testing.clouds import gcs_spark_conf
+
+        # Google's connector for Hadoop, fetched from Maven Central: Spark's checkpoint
+        # on the store too. Without it, Spark's checkpoint stays in the workdir.
+        try:
+            spark_conf = gcs_spark_conf(os.environ["STORAGE_EMULATOR_HOST"])
+        except ConfigurationError as exc:
+            say(f"(Spark's checkpoint stays in the workdir: {exc})")
     store = _fresh_store(args.store) if args.store else args.workdir
-    # Spark reaches gs:// and abfs:// only through connectors pyspark does not ship: its
-    # checkpoint stays local, sparkeos' commit log goes on the store.
-    spark_store = args.workdir if scheme in SPARKLESS_STORES else store
+    # Spark reaches gs:// and abfs:// only through connectors pyspark does not ship:
+    # without them its checkpoint stays local, sparkeos' commit log goes on the store.
+    spark_store = args.workdir if scheme in SPARKLESS_STORES and not spark_conf else store
     say(f"sparkeos demo: {args.batches} batches x {args.rows} rows, {args.crashes} driver "
         f"kills per query, seed {seed}, workdir {args.workdir}"
         + (f", outputs and checkpoints in {store}" if args.store else "")
@@ -199,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                     or os.environ["AWS_ENDPOINT_URL_S3"])
         where = (f"AWS_ENDPOINT_URL_S3={endpoint} "
                  "AWS_ACCESS_KEY_ID=sparkeos AWS_SECRET_ACCESS_KEY=sparkeos ")
-    if local_emulator and not args.format:
+    if local_emulator:
         where += " ".join(f"{name}='{os.environ[name]}'" for name in (
             "STORAGE_EMULATOR_HOST", "AZURE_STORAGE_CONNECTION_STRING") if name in os.environ)
         where += " " if where else ""

@@ -21,12 +21,28 @@ def format_classes() -> list[type[Any]]:
 
 def register(spark: Any) -> list[str]:
     """Register every sparkeos format with ``spark`` (a classic or a Spark Connect
-    session); returns their names, e.g. ``sparkeos-parquet``."""
+    session); returns their names, e.g. ``sparkeos-parquet``.
+
+    The session's object-store locations (``spark.hadoop.fs.s3a.endpoint``...; never
+    credentials) go with the registered formats: Spark gives a format's planner and
+    committer no session, so without them an ``s3a://`` checkpoint there would be looked
+    for on Amazon S3 (``core.stores.settings``). Register after setting them."""
+    from sparkeos.core.stores.settings import captured_from
+
+    locations = captured_from(spark)
     names = []
     for cls in format_classes():
-        spark.dataSource.register(cls)
+        spark.dataSource.register(_carrying(cls, locations) if locations else cls)
         names.append(cls.name())
     return names
+
+
+def _carrying(cls: type[Any], locations: dict[str, str]) -> type[Any]:
+    """``cls`` with ``locations`` as its ``store_locations``: a class made here, which
+    Spark's cloudpickle sends by value (with the settings) to every Python worker."""
+    return type(cls.__name__, (cls,), {"store_locations": dict(locations),
+                                       "__module__": cls.__module__,
+                                       "__qualname__": f"{cls.__qualname__}.registered"})
 
 
 __all__ = ["format_classes", "register"]

@@ -62,8 +62,7 @@ class AzureBlobFiles(ObjectStoreFiles):
     part_size: int = 64 * MIB
     """Blocks' size for blobs uploaded in blocks (Azure: 4000 MiB at most)."""
     retries: int = 5
-    """Tries the client makes of one request after the first (backoff 0.5 s, 2.5, 4.5,
-    8.5, 16.5: the SDK's default waits 15 s before the first retry)."""
+    """Tries the client makes of one request after the first, half a second apart."""
 
     @classmethod
     def from_location(cls, location: str, parsed: Location) -> AzureBlobFiles:
@@ -266,14 +265,16 @@ def _credential(files: AzureBlobFiles) -> Any:
 
 def _new_client(files: AzureBlobFiles) -> Any:
     try:
-        from azure.storage.blob import ContainerClient, ExponentialRetry
+        from azure.storage.blob import ContainerClient, LinearRetry
     except ImportError:
         raise ConfigurationError(
             "Azure Blob Storage needs azure-storage-blob, which is not installed",
             fix="pip install 'sparkeos[azure]' on the driver and the executors",
         ) from None
-    retry = ExponentialRetry(initial_backoff=0.5,  # type: ignore[arg-type]  # a float works increment_base=2, random_jitter_range=1,
-                             retry_total=files.retries)
+    # Half a second between tries (the SDK's default waits 15 s, then more): a lost
+    # reply or a reset costs one retry, and ``_create_once`` retries past these.
+    retry = LinearRetry(backoff=0.5, random_jitter_range=0.2,  # type: ignore[arg-type]
+                        retry_total=files.retries)
     return ContainerClient(files.endpoint, files.container, credential=_credential(files),
                            max_single_put_size=files.multipart_threshold,
                            max_block_size=files.part_size, retry_policy=retry,

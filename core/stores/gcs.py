@@ -13,8 +13,8 @@ through the process to a conditional create.
 Credentials come from Google's Application Default Credentials (``GOOGLE_APPLICATION_
 CREDENTIALS``, the metadata server, ``gcloud auth application-default login``): never
 part of this object. The endpoint (``STORAGE_EMULATOR_HOST``, the variable Google's
-clients read for an emulator, else the active session's
-``spark.hadoop.fs.gs.storage.root.url``; unset: Google's) is resolved on the driver and
+clients read for an emulator, else ``spark.hadoop.fs.gs.storage.root.url`` as
+``core.stores.settings`` finds it; unset: Google's) is resolved on the driver and
 travels with the object to the tasks. With an emulator endpoint and no credentials
 file the client signs nothing (the emulators take anonymous requests).
 """
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ..errors import ConfigurationError, RetriableError
-from .writeonce import MIB, ObjectStoreFiles, StoreConflict, key_of, spark_setting
+from .settings import hadoop_setting
+from .writeonce import MIB, ObjectStoreFiles, StoreConflict, UploadLost, key_of
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 WRITER_META = "sparkeos-writer"
@@ -54,7 +55,7 @@ class GcsFiles(ObjectStoreFiles):
     @classmethod
     def from_environment(cls, scheme: str, bucket: str) -> GcsFiles:
         endpoint = (os.environ.get(EMULATOR_ENV)
-                    or spark_setting("spark.hadoop.fs.gs.storage.root.url"))
+                    or hadoop_setting("fs.gs.storage.root.url"))
         if endpoint and "://" not in endpoint:
             endpoint = f"http://{endpoint}"
         return cls(scheme, bucket, endpoint.rstrip("/") if endpoint else None)
@@ -85,7 +86,12 @@ class GcsFiles(ObjectStoreFiles):
         except api.PreconditionFailed:
             raise FileExistsError(self.uri(path)) from None
         except api.NotFound:
-            if creating:  # a create meets 404 for its bucket only
+            if creating:
+                # A create meets 404 for a missing bucket, or for its resumable upload's
+                # session gone: completed by a try whose reply was lost (fake-gcs-server
+                # forgets it then), settled by the writer token.
+                if self._bucket_exists():
+                    raise UploadLost(self.uri(path)) from None
                 raise self._no_bucket() from None
             raise FileNotFoundError(self.uri(path)) from None
         except api.Conflict:
@@ -109,6 +115,12 @@ class GcsFiles(ObjectStoreFiles):
         except api.GoogleAPICallError as exc:
             raise OSError(f"{what} {self.uri(path)}: {exc.code} {exc.message}") from None
 
+    def _bucket_exists(self) -> bool:
+        try:
+            return bool(self._bucket().exists(timeout=TIMEOUT_S, retry=self._retry()))
+        except Exception:  # cannot tell: the caller's error stands as "no bucket"
+            return False
+
     def _no_bucket(self) -> ConfigurationError:
         return ConfigurationError(f"bucket {self.bucket} does not exist ({self.where()})",
                                   fix=f"create the bucket {self.bucket}, or check the URI")
@@ -116,7 +128,10 @@ class GcsFiles(ObjectStoreFiles):
     def _retry(self) -> Any:
         from google.cloud.storage.retry import DEFAULT_RETRY
 
-        return DEFAULT_RETRY.with_timeout(self.retry_s)
+        # The first retry at 0.2 s (the library's at 1 s): a lost reply or a reset costs
+        # one retry, and the next ones back off to 30 s.
+        return DEFAULT_RETRY.with_delay(initial=0.2, multiplier=2.0,
+                                        maximum=30.0).with_timeout(self.retry_s)
 
     def _blob(self, path: str, token: str | None = None) -> Any:
         blob = self._bucket().blob(key_of(path), chunk_size=self.part_size)
@@ -132,8 +147,10 @@ class GcsFiles(ObjectStoreFiles):
                 body, if_generation_match=0, retry=self._retry(), timeout=TIMEOUT_S),
                 creating=True)
         else:
+            body.seek(0, os.SEEK_END)
+            size = body.tell()  # known: up to the threshold one request, not a session
             self._call("create", path, lambda: blob.upload_from_file(
-                body, rewind=True, if_generation_match=0, retry=self._retry(),
+                body, rewind=True, size=size, if_generation_match=0, retry=self._retry(),
                 timeout=TIMEOUT_S), creating=True)
 
     def _upload_if_absent(self, local_file: str, path: str, size: int, token: str) -> None:

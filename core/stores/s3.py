@@ -20,9 +20,10 @@ retries as the same writer) is ``core.stores.writeonce``; here are S3's calls:
 Credentials come from boto3's chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_PROFILE``, instance roles): they are never part of this object, so never pickled
 into tasks or printed. The endpoint (``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``;
-else the active Spark session's ``spark.hadoop.fs.s3a.endpoint``; unset: Amazon S3) and
-region are resolved where the ``S3Files`` is made, on the driver, and travel with it to
-the tasks.
+else ``spark.hadoop.fs.s3a.endpoint`` as ``core.stores.settings`` finds it: the session,
+the settings a format carries, a task's local properties; unset: Amazon S3) and region
+are resolved where the ``S3Files`` is made, on the driver, and travel with it to the
+tasks.
 """
 
 from __future__ import annotations
@@ -34,15 +35,8 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ..errors import ConfigurationError, RetriableError
-from .writeonce import (
-    MIB,
-    ObjectStoreFiles,
-    StoreConflict,
-    UploadLost,
-    dir_key,
-    key_of,
-    spark_setting,
-)
+from .settings import hadoop_setting
+from .writeonce import MIB, ObjectStoreFiles, StoreConflict, UploadLost, dir_key, key_of
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -70,7 +64,7 @@ class S3Files(ObjectStoreFiles):
     @classmethod
     def from_environment(cls, scheme: str, bucket: str) -> S3Files:
         """The endpoint and region as boto3 reads them, else as Spark's S3A has them
-        (``spark.hadoop.fs.s3a.[bucket.<bucket>.]endpoint``, of the active session)."""
+        (``spark.hadoop.fs.s3a.[bucket.<bucket>.]endpoint``, ``core.stores.settings``)."""
         endpoint = next((os.environ[e] for e in ENDPOINT_ENVS if os.environ.get(e)), None)
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if endpoint is None:
@@ -243,8 +237,8 @@ _lock = threading.Lock()
 
 
 def _s3a_setting(name: str) -> str | None:
-    """``spark.hadoop.fs.s3a.<name>`` of this process's active Spark session, if any."""
-    return spark_setting(f"spark.hadoop.fs.s3a.{name}")
+    """``spark.hadoop.fs.s3a.<name>``, as ``core.stores.settings`` finds it."""
+    return hadoop_setting(f"fs.s3a.{name}")
 
 
 def _new_client(endpoint: str | None, region: str) -> Any:

@@ -340,16 +340,4 @@ def dir_key(path: str) -> str:
     return "" if key in ("", ".") else f"{key}/"
 
 
-def spark_setting(name: str) -> str | None:
-    """``name`` in this process's active Spark session's conf, if any."""
-    try:
-        from pyspark.sql import SparkSession
-
-        session = SparkSession.getActiveSession()
-        value = session.conf.get(name, None) if session else None
-    except Exception:  # no pyspark, no session, or one that cannot answer
-        return None
-    return str(value) if value else None
-
-
-__all__ = ["ObjectStoreFiles", "StoreConflict", "UploadLost", "dir_key", "key_of", "spark_setting"]
+__all__ = ["ObjectStoreFiles", "StoreConflict", "UploadLost", "dir_key", "key_of"]

@@ -8,6 +8,8 @@
 #   bash docker/services/gcs.sh start    # fetch, start, wait; prints "gcs=http://127.0.0.1:<port>"
 #   bash docker/services/gcs.sh status   # exit 0 if running, 3 if not
 #   bash docker/services/gcs.sh stop     # TERM by pid file, then KILL
+#   bash docker/services/gcs.sh spark-jars  # jars for spark.jars: Google's Cloud Storage
+#                                           # connector for Hadoop (one shaded jar, 37 MB)
 #
 # Clients reach it with STORAGE_EMULATOR_HOST=http://127.0.0.1:<port> and no credentials
 # (it takes anonymous requests); buckets are made by their users. It honours
@@ -19,6 +21,7 @@
 #   SPARKEOS_GCS_PORT            default 29910
 #   SPARKEOS_GCS_VERSION         the fake-gcs-server module version, default v1.56.1
 #   SPARKEOS_GCS_START_TIMEOUT   seconds, default 60
+#   SPARKEOS_GCS_CONNECTOR_VERSION  gcs-connector's version, default 3.1.3
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # REPO, SERVICES_DIR, HOST, log, die, ...
@@ -47,6 +50,21 @@ cmd_fetch() {
   rm -rf "$SDIR/gocache" "$SDIR/gopath"
   touch "$SDIR/.built-$VERSION"
   log "fake-gcs-server built, $(elapsed_since "$t0") s"
+}
+
+CONNECTOR_VERSION="${SPARKEOS_GCS_CONNECTOR_VERSION:-3.1.3}"
+CONNECTOR_JARS="$SERVICES_DIR/gcs-jars"
+
+cmd_spark_jars() {
+  fetch_jars "$CONNECTOR_JARS" "$SERVICES_DIR/gcs-pom" gcs-jars ".fetched-$CONNECTOR_VERSION" \
+    "Google Cloud Storage connector $CONNECTOR_VERSION" <<EOF
+    <dependency><groupId>com.google.cloud.bigdataoss</groupId><artifactId>gcs-connector</artifactId>
+      <version>$CONNECTOR_VERSION</version><classifier>shaded</classifier>
+      <exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions></dependency>
+EOF
+  local jars=("$CONNECTOR_JARS"/*.jar)
+  [[ -e "${jars[0]}" ]] || die "no jars in $CONNECTOR_JARS"
+  (IFS=,; echo "${jars[*]}")
 }
 
 pid_is_ours() { pid_cmdline_has "$1" "fake-gcs-server" "-port $PORT"; }
@@ -92,5 +110,6 @@ case "${1:-}" in
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
-  *) echo "usage: $0 {fetch|start|stop|status}" >&2; exit 2 ;;
+  spark-jars) cmd_spark_jars ;;
+  *) echo "usage: $0 {fetch|start|stop|status|spark-jars}" >&2; exit 2 ;;
 esac

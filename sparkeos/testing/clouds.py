@@ -3,10 +3,13 @@
 for the demo and the benchmarks: start one, point this process and its children at it,
 make the bucket or container.
 
-Spark itself does not reach them (no gcs-connector or hadoop-azure in pyspark): a query
-using them keeps Spark's checkpoint on a local or shared path and gives
-``exactly_once(..., checkpoint_location=<on the store>)``, so sparkeos' commit log,
-staging and output are on the store (docs/connectors/file.md).
+pyspark ships no Hadoop connector for either. ``gcs_spark_conf`` gives Spark Google's
+(gcs-connector, fetched from Maven Central by ``docker/services/gcs.sh spark-jars``),
+pointed at the emulator, so the whole checkpoint can be on ``gs://``. Azurite has no
+ADLS Gen2 (``dfs``) endpoint for ``abfs://``, and hadoop-azure's ``wasb://`` emulator
+mode has its port fixed at 10000: a query on Azurite keeps Spark's checkpoint on a local
+or shared path and gives ``exactly_once(..., checkpoint_location=<on the store>)``, so
+sparkeos' commit log, staging and output are on the store (docs/connectors/file.md).
 """
 
 from __future__ import annotations
@@ -18,7 +21,38 @@ import subprocess
 
 from sparkeos.core.errors import ConfigurationError
 
+MIB = 1024 * 1024
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _script(service: str, command: str) -> str:
+    script = os.path.join("docker", "services", f"{service}.sh")
+    out = subprocess.run(["bash", script, command], cwd=_ROOT, capture_output=True,
+                         text=True, timeout=900)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise ConfigurationError(f"{script} {command} failed: {out.stderr.strip()[-800:]}",
+                                 fix=f"see the script's log under .services/{service}/")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def gcs_spark_conf(endpoint: str) -> dict[str, str]:
+    """Session settings that give Spark Google's Cloud Storage connector, on the
+    emulator at ``endpoint`` without credentials: Spark's checkpoint on ``gs://``."""
+    return {
+        "spark.jars": _script("gcs", "spark-jars"),
+        "spark.hadoop.fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.gs.impl":
+            "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
+        "spark.hadoop.fs.gs.storage.root.url": endpoint,
+        "spark.hadoop.fs.gs.project.id": "sparkeos",
+        "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED",
+        # Hadoop 3.5's core-default.xml gives sizes with units ("64m") for its own gs
+        # connector, which Google's reads as plain numbers: in bytes here.
+        **{f"spark.hadoop.fs.gs.{name}": str(size) for name, size in (
+            ("block.size", 64 * MIB), ("rewrite.max.chunk.size", 512 * MIB),
+            ("outputstream.buffer.size", 8 * MIB), ("inputstream.inplace.seek.limit", 8 * MIB),
+            ("inputstream.min.range.request.size", 2 * MIB))},
+    }
 
 
 def _start(service: str) -> str:
@@ -64,4 +98,4 @@ def start_local_azure(container: str) -> str:
     return f"abfs://{container}@{account.group(1)}.dfs.core.windows.net"
 
 
-__all__ = ["start_local_azure", "start_local_gcs"]
+__all__ = ["gcs_spark_conf", "start_local_azure", "start_local_gcs"]

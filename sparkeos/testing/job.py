@@ -57,6 +57,9 @@ class JobSpec:
     """``"format"``: write through the sink's Spark format (``sparkeos.register``);
     ``sink`` is then ``{"format": name, "options": {...}}``, with ``"select"``: the
     SQL expressions the stream is projected to first (e.g. a Kafka ``value``)."""
+    register_formats: bool = False
+    """Format route in a classic session: ``sparkeos.register(spark)`` first (else
+    Spark's discovery of the installed formats, as a user's session finds them)."""
 
 
 @dataclass
@@ -435,7 +438,7 @@ def run_format_spec(spec: JobSpec, spark: Any, df: Any, timeout: float | None) -
     session finds the formats as a user's does, through Spark's discovery of the
     installed ``pyspark_sparkeos_*`` modules (and saves a second per run); a Connect
     session proves ``sparkeos.register``, called from the client."""
-    if spec.connect:
+    if spec.connect or spec.register_formats:
         import sparkeos
 
         sparkeos.register(spark)

@@ -1,12 +1,15 @@
 """The conformance suite's case for a store on a bad network day.
 
 Mix ``StoreWireFaultCases`` into a conformance class whose sink keeps its state on an
-S3-compatible store (before it: ``class TestX(StoreWireFaultCases, CheckpointOnS3,
-TestFileSinkParquet)``; the class gives ``s3_endpoint``). The case runs batches in
-process with every request of this process to the store passing through a
-``FaultProxy`` that loses the replies of applied writes, answers ``503 SlowDown`` and
-resets connections, then checks every id once, no leftovers, and that the faults
-happened. A request the store fails past every retry fails its batch with a
+object store (before it: ``class TestX(StoreWireFaultCases, CheckpointOnS3,
+TestFileSinkParquet)``). The class says where the store is and how this process is
+pointed elsewhere: ``store_upstream()`` (its ``http://host:port``) and
+``route_store_through(endpoint, monkeypatch)`` (S3: ``AWS_ENDPOINT_URL_S3``; GCS:
+``STORAGE_EMULATOR_HOST``; Azure: the connection string's ``BlobEndpoint``). The case
+runs batches in process with every request of this process to the store passing
+through a ``FaultProxy`` that loses the replies of applied writes, answers ``503
+SlowDown`` and resets connections, then checks every id once, no leftovers, and that
+the faults happened. A request the store fails past every retry fails its batch with a
 ``RetriableError``: the case restarts the driver then, as Spark restarts the query.
 
 The run is single-threaded (tasks one after another, ``commit_parallelism=1``), so the
@@ -15,6 +18,7 @@ seeded faults hit the same requests every run: a failure replays exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,7 +38,12 @@ MAX_RESTARTS = 3
 
 
 class StoreWireFaultCases:
-    s3_endpoint: str
+    # Given by a class after this one in the bases (declared, not defined: a definition
+    # here would come first in the method resolution order).
+    store_upstream: Callable[[], str]
+    """The store's ``http://host:port``, which the proxy forwards to."""
+    route_store_through: Callable[[str, pytest.MonkeyPatch], None]
+    """Point this process's clients of the store at an endpoint (the proxy's)."""
 
     def test_every_row_once_when_the_store_loses_replies(self, workdir: str,
                                                          monkeypatch: pytest.MonkeyPatch
@@ -44,10 +53,11 @@ class StoreWireFaultCases:
         on a share of every request: no false "another writer", no stuck batch, every
         row once."""
         suite: Any = self
-        with FaultProxy(self.s3_endpoint) as proxy:
-            monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
-            proxy.add(Fault(LOST_REPLY, method="PUT", conditional=True, fraction=0.3))
-            proxy.add(Fault(LOST_REPLY, method="PUT", conditional=False, fraction=0.2))
+        with FaultProxy(self.store_upstream()) as proxy:
+            self.route_store_through(proxy.endpoint, monkeypatch)
+            for method in ("PUT", "POST"):  # S3 and Azure write by PUT, GCS uploads by POST
+                proxy.add(Fault(LOST_REPLY, method=method, conditional=True, fraction=0.3))
+                proxy.add(Fault(LOST_REPLY, method=method, conditional=False, fraction=0.2))
             proxy.add(Fault(SLOW_DOWN, fraction=0.05, seed=38))
             proxy.add(Fault(RESET, fraction=0.05, seed=39))
             sink = suite.sink_factory(workdir)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from integration.fixtures.clouds import StagingOnCloud, StoreCasesOnly
 from integration.fixtures.s3 import StagingOnS3
 from integration.stomp_helpers import drain, queue_depth_artemis
 from sparkeos.connectors.stomp import StompSink
@@ -147,3 +148,18 @@ class TestStompSinkStagedS3(StoreWireFaultCases, InProcessConformance, StagingOn
 
     def leftovers(self, workdir: str) -> list[str] | None:
         return [n for n in self.s3_names(self.staging(workdir)) if n != "published"]
+
+
+@pytest.mark.clouds
+class TestStompSinkStagedGcs(StoreWireFaultCases, StoreCasesOnly, StagingOnCloud,
+                             TestStompSinkArtemis):
+    """Staging and the PUBLISHED records on an emulated Google Cloud Storage: the
+    store's cases only; the whole in-process matrix on a store is the S3 variant's."""
+
+    cloud_name = "gcs"
+    # The store's races and zombies are the file sink's on GCS (test budget).
+    test_two_commits_of_one_transaction_at_every_pair_of_steps = None
+    test_zombie_attempt_never_becomes_visible = None
+
+    def leftovers(self, workdir: str) -> list[str] | None:
+        return [n for n in self.cloud_names(self.staging(workdir)) if n != "published"]
