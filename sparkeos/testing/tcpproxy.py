@@ -26,7 +26,8 @@ Faults (``WireFault.action``; the names of ``wireproxy``, the HTTP proxy):
   STOMP SEND without a receipt, a PostgreSQL Parse) loses the next reply that confirms
   it (the RECEIPT of a later frame, the ReadyForQuery after the Sync);
 * ``RESET``: the connection is closed before the request reaches the server (nothing
-  of it applied).
+  of it applied);
+* ``DELAY``: the request is held ``delay_s`` seconds, then forwarded (a slow server).
 
 A fault fires ``times`` times (None: on every match) or on a seeded ``fraction`` of the
 matches. Each injected fault is recorded in ``proxy.injected`` as (action, summary),
@@ -42,14 +43,15 @@ import random
 import re
 import socket
 import threading
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .wireprotocols import KAFKA, POSTGRES, SESSIONS, STOMP, Session
-from .wireproxy import LOST_REPLY, RESET
+from .wireproxy import DELAY, LOST_REPLY, RESET
 
-ACTIONS = (LOST_REPLY, RESET)
+ACTIONS = (LOST_REPLY, RESET, DELAY)
 _CHUNK = 65536
 
 
@@ -63,6 +65,8 @@ class WireFault:
     fraction: float | None = None
     """Fire on this share of the matches instead (seeded: the same run each time)."""
     seed: int = 37
+    delay_s: float = 1.0
+    """How long a ``DELAY`` holds the request before forwarding it."""
     fired: int = field(default=0, init=False)
     _pattern: re.Pattern[str] = field(init=False, repr=False)
     _random: random.Random = field(init=False, repr=False)
@@ -155,14 +159,14 @@ class TcpFaultProxy:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def choose(self, summary: str) -> str | None:
+    def choose(self, summary: str) -> WireFault | None:
         """The fault for this request, if one fires (recorded)."""
         with self._lock:
             self.requests.append(summary)
             for fault in self.faults:
                 if fault.fire(summary):
                     self.injected.append((fault.action, summary))
-                    return fault.action
+                    return fault
         return None
 
     def _accept(self) -> None:
@@ -236,8 +240,11 @@ class _Link:
                     if request.answer is not None:
                         self.client.sendall(request.answer)
                         continue
-                    action = (self.proxy.choose(request.summary)
-                              if request.summary is not None else None)
+                    fault = (self.proxy.choose(request.summary)
+                             if request.summary is not None else None)
+                    action = fault.action if fault is not None else None
+                    if fault is not None and action == DELAY:
+                        time.sleep(fault.delay_s)  # a slow server: then forwarded
                     if action == RESET:
                         return
                     # Before forwarding: the reply may come back at once.
@@ -266,5 +273,5 @@ class _Link:
             self.close()
 
 
-__all__ = ["ACTIONS", "KAFKA", "LOST_REPLY", "POSTGRES", "RESET", "STOMP", "TcpFaultProxy",
+__all__ = ["ACTIONS", "DELAY", "KAFKA", "LOST_REPLY", "POSTGRES", "RESET", "STOMP", "TcpFaultProxy",
            "WireFault"]

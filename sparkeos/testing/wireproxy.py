@@ -20,7 +20,9 @@ Faults (``Fault.action``):
 * ``SERVER_ERROR``: answered ``500 InternalError`` without reaching the store;
 * ``STRIP_CONDITIONS``: forwarded without its preconditions (``If-None-Match``,
   ``If-Match``, GCS's ``ifGenerationMatch``): the store as one that ignores them, which
-  sparkeos must refuse.
+  sparkeos must refuse;
+* ``DELAY``: forwarded after ``delay_s`` seconds (a slow store; a client's read
+  timeout below it makes it a lost reply the client times out on).
 
 A fault matches by method, a regular expression searched in the request's path (query
 included), and ``conditional`` (the request carries ``If-None-Match`` / ``If-Match``, or
@@ -38,6 +40,7 @@ import random
 import re
 import socket
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,7 +51,8 @@ RESET = "reset"
 SLOW_DOWN = "slow_down"
 SERVER_ERROR = "server_error"
 STRIP_CONDITIONS = "strip_conditions"
-ACTIONS = (LOST_REPLY, RESET, SLOW_DOWN, SERVER_ERROR, STRIP_CONDITIONS)
+DELAY = "delay"
+ACTIONS = (LOST_REPLY, RESET, SLOW_DOWN, SERVER_ERROR, STRIP_CONDITIONS, DELAY)
 _CONDITION_HEADERS = frozenset({"if-none-match", "if-match"})
 _CONDITION_QUERY = re.compile(r"([?&])ifGenerationMatch=[^&]*&?")
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer",
@@ -72,6 +76,8 @@ class Fault:
     fraction: float | None = None
     """Fire on this share of the matches instead (seeded: the same run each time)."""
     seed: int = 37
+    delay_s: float = 1.0
+    """How long a ``DELAY`` holds the request before forwarding it."""
     _random: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -154,14 +160,14 @@ class FaultProxy:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def choose(self, method: str, path: str, headers: Any) -> str | None:
+    def choose(self, method: str, path: str, headers: Any) -> Fault | None:
         """The fault for this request, if one fires (recorded)."""
         with self._lock:
             self.requests.append((method, path))
             for fault in self.faults:
                 if fault.matches(method, path, headers) and fault.fire():
                     self.injected.append((fault.action, method, path))
-                    return fault.action
+                    return fault
         return None
 
 
@@ -191,7 +197,10 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
 
         def _handle(self) -> None:
             body = self._body()
-            action = proxy.choose(self.command, self.path, self.headers)
+            fault = proxy.choose(self.command, self.path, self.headers)
+            action = fault.action if fault is not None else None
+            if fault is not None and action == DELAY:
+                time.sleep(fault.delay_s)
             if action == RESET:
                 self._drop()
                 return
@@ -255,5 +264,5 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-__all__ = ["ACTIONS", "LOST_REPLY", "RESET", "SERVER_ERROR", "SLOW_DOWN", "STRIP_CONDITIONS",
-           "Fault", "FaultProxy", "is_conditional"]
+__all__ = ["ACTIONS", "DELAY", "LOST_REPLY", "RESET", "SERVER_ERROR", "SLOW_DOWN",
+           "STRIP_CONDITIONS", "Fault", "FaultProxy", "is_conditional"]

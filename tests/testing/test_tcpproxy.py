@@ -6,11 +6,12 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from sparkeos.testing.tcpproxy import LOST_REPLY, RESET, STOMP, TcpFaultProxy, WireFault
+from sparkeos.testing.tcpproxy import DELAY, LOST_REPLY, RESET, STOMP, TcpFaultProxy, WireFault
 from sparkeos.testing.wireprotocols import KafkaSession, PostgresSession, StompSession
 
 UPSTREAM = ("127.0.0.1", 29092)
@@ -173,6 +174,17 @@ def test_a_reset_never_reaches_the_server(server: ReceiptServer) -> None:
     assert proxy.injected == [(RESET, "SEND destination:q receipt:r1")]
 
 
+def test_a_delayed_request_is_forwarded_after_its_delay(server: ReceiptServer) -> None:
+    with TcpFaultProxy(server.address, STOMP) as proxy:
+        proxy.add(WireFault(DELAY, r"^SEND", delay_s=0.3))
+        started = time.monotonic()
+        answer = send(proxy.address, b"SEND\ndestination:q\nreceipt:r1\n\nx\0")
+        held = time.monotonic() - started
+    assert answer.startswith(b"RECEIPT") and held >= 0.3  # a sleep lasts at least that
+    assert server.received == ["SEND destination:q receipt:r1"]
+    assert proxy.injected == [(DELAY, "SEND destination:q receipt:r1")]
+
+
 def test_a_lost_reply_without_its_own_receipt_loses_the_next_one(server: ReceiptServer
                                                                  ) -> None:
     with TcpFaultProxy(server.address, STOMP) as proxy:
@@ -190,3 +202,37 @@ def test_a_seeded_fraction_hurts_the_same_requests_every_run() -> None:
 
     first = hurt()
     assert first == hurt() and 0 < sum(first) < 20
+
+
+def test_the_http_proxy_holds_a_delayed_request_then_forwards_it() -> None:
+    """``wireproxy.FaultProxy``'s ``DELAY``, against a toy HTTP server."""
+    import http.server
+    import urllib.request
+
+    from sparkeos.testing.wireproxy import DELAY as HTTP_DELAY
+    from sparkeos.testing.wireproxy import Fault, FaultProxy
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        with FaultProxy(f"http://127.0.0.1:{upstream.server_address[1]}") as proxy:
+            proxy.add(Fault(HTTP_DELAY, method="GET", delay_s=0.3))
+            started = time.monotonic()
+            with urllib.request.urlopen(f"{proxy.endpoint}/x", timeout=10) as answer:
+                body = answer.read()
+            held = time.monotonic() - started
+        assert body == b"ok" and held >= 0.3
+        assert proxy.injected == [(HTTP_DELAY, "GET", "/x")]
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
