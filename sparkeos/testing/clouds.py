@@ -56,46 +56,59 @@ def gcs_spark_conf(endpoint: str) -> dict[str, str]:
 
 
 def _start(service: str) -> str:
-    script = os.path.join("docker", "services", f"{service}.sh")
-    out = subprocess.run(["bash", script, "start"], cwd=_ROOT, capture_output=True,
-                         text=True, timeout=900)
-    found = re.search(rf"^{service}=(\S+)", out.stdout, re.M)
-    if out.returncode != 0 or not found:
-        raise ConfigurationError(f"{script} start failed: {out.stderr.strip()[-800:]}",
+    """Start (or find) the service; the value of the ``<service>=...`` line it prints."""
+    line = _script(service, "start")
+    if not line.startswith(f"{service}="):
+        raise ConfigurationError(f"docker/services/{service}.sh start printed {line!r}",
                                  fix=f"see the script's log under .services/{service}/")
-    return found.group(1)
+    return line.split("=", 1)[1]
 
 
-def start_local_gcs(bucket: str) -> str:
-    """Start (or find) fake-gcs-server, set ``STORAGE_EMULATOR_HOST``, make ``bucket``;
-    the bucket's URI."""
+def make_gcs_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` on the GCS emulator at ``endpoint`` unless it exists."""
     from google.api_core.exceptions import Conflict
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    endpoint = _start("gcs")
-    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
     client = storage.Client(project="sparkeos",
                             credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
                             client_options={"api_endpoint": endpoint})
     with contextlib.suppress(Conflict):
         client.create_bucket(bucket)
+
+
+def make_azure_container(connection: str, container: str) -> str:
+    """Create ``container`` in the account of ``connection`` unless it exists; the
+    account's name."""
+    from azure.core.exceptions import ResourceExistsError
+    from azure.storage.blob import BlobServiceClient
+
+    account = re.search(r"AccountName=([^;]+)", connection)
+    if account is None:
+        raise ConfigurationError("the Azure connection string names no AccountName",
+                                 fix="give AccountName=... in it")
+    with contextlib.suppress(ResourceExistsError):
+        BlobServiceClient.from_connection_string(connection).create_container(container)
+    return account.group(1)
+
+
+def start_local_gcs(bucket: str) -> str:
+    """Start (or find) fake-gcs-server, set ``STORAGE_EMULATOR_HOST``, make ``bucket``;
+    the bucket's URI."""
+    endpoint = _start("gcs")
+    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
+    make_gcs_bucket(endpoint, bucket)
     return f"gs://{bucket}"
 
 
 def start_local_azure(container: str) -> str:
     """Start (or find) Azurite, set ``AZURE_STORAGE_CONNECTION_STRING``, make
     ``container``; its URI (``abfs://<container>@devstoreaccount1.dfs.core.windows.net``)."""
-    from azure.core.exceptions import ResourceExistsError
-    from azure.storage.blob import BlobServiceClient
-
     connection = _start("azure")
     os.environ["AZURE_STORAGE_CONNECTION_STRING"] = connection
-    account = re.search(r"AccountName=([^;]+)", connection)
-    assert account, connection
-    with contextlib.suppress(ResourceExistsError):
-        BlobServiceClient.from_connection_string(connection).create_container(container)
-    return f"abfs://{container}@{account.group(1)}.dfs.core.windows.net"
+    account = make_azure_container(connection, container)
+    return f"abfs://{container}@{account}.dfs.core.windows.net"
 
 
-__all__ = ["gcs_spark_conf", "start_local_azure", "start_local_gcs"]
+__all__ = ["gcs_spark_conf", "make_azure_container", "make_gcs_bucket", "start_local_azure",
+           "start_local_gcs"]
