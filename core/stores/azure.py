@@ -43,8 +43,12 @@ SAS_ENV = "AZURE_STORAGE_SAS_TOKEN"
 WRITER_META = "sparkeoswriter"
 TIMEOUT_S = 60
 COPY_WAIT_S = 600.0
+RETRY_BACKOFF_S = 0.5
+"""The client's wait between tries of one request (the SDK's default is 15 s, then
+more): a lost reply or a reset costs one retry, and ``_create_once`` retries past
+these."""
 
-_clients: dict[tuple[str, str, int, int, int], Any] = {}
+_clients: dict[tuple[str, str, int, int, int, float], Any] = {}
 _lock = threading.Lock()
 
 
@@ -62,7 +66,8 @@ class AzureBlobFiles(ObjectStoreFiles):
     part_size: int = 64 * MIB
     """Blocks' size for blobs uploaded in blocks (Azure: 4000 MiB at most)."""
     retries: int = 5
-    """Tries the client makes of one request after the first, half a second apart."""
+    """Tries the client makes of one request after the first, ``RETRY_BACKOFF_S``
+    apart."""
 
     @classmethod
     def from_location(cls, location: str, parsed: Location) -> AzureBlobFiles:
@@ -91,7 +96,7 @@ class AzureBlobFiles(ObjectStoreFiles):
     # -- the client ----------------------------------------------------------------------------
     def _container(self) -> Any:
         key = (self.endpoint, self.container, self.multipart_threshold, self.part_size,
-               self.retries)
+               self.retries, RETRY_BACKOFF_S)
         with _lock:
             client = _clients.get(key)
             if client is None:
@@ -271,9 +276,8 @@ def _new_client(files: AzureBlobFiles) -> Any:
             "Azure Blob Storage needs azure-storage-blob, which is not installed",
             fix="pip install 'sparkeos[azure]' on the driver and the executors",
         ) from None
-    # Half a second between tries (the SDK's default waits 15 s, then more): a lost
-    # reply or a reset costs one retry, and ``_create_once`` retries past these.
-    retry = LinearRetry(backoff=0.5, random_jitter_range=0.2,  # type: ignore[arg-type]
+    retry = LinearRetry(backoff=RETRY_BACKOFF_S,  # type: ignore[arg-type]
+                        random_jitter_range=min(0.2, RETRY_BACKOFF_S / 2),  # type: ignore[arg-type]
                         retry_total=files.retries)
     return ContainerClient(files.endpoint, files.container, credential=_credential(files),
                            max_single_put_size=files.multipart_threshold,

@@ -34,6 +34,9 @@ from .writeonce import MIB, ObjectStoreFiles, StoreConflict, UploadLost, key_of
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 WRITER_META = "sparkeos-writer"
 TIMEOUT_S = 60.0
+RETRY_FIRST_S = 0.2
+"""The client's first wait before it tries a request again (the library's is 1 s): a
+lost reply or a reset costs one retry, and the next ones back off to 30 s."""
 
 _clients: dict[str | None, Any] = {}
 _lock = threading.Lock()
@@ -47,8 +50,10 @@ class GcsFiles(ObjectStoreFiles):
     bucket: str
     endpoint: str | None = None
     multipart_threshold: int = 8 * MIB
-    """Objects above this size go up as a resumable upload in chunks of ``part_size``."""
+    """Objects above this size go up as a resumable upload in chunks of ``part_size``
+    (at most 8 MiB: the client's limit for one request)."""
     part_size: int = 64 * MIB
+    """A multiple of 256 KiB (the service's rule for chunks)."""
     retry_s: float = 120.0
     """How long the client retries one request (a reset, 429, 5xx) before it gives up."""
 
@@ -128,9 +133,7 @@ class GcsFiles(ObjectStoreFiles):
     def _retry(self) -> Any:
         from google.cloud.storage.retry import DEFAULT_RETRY
 
-        # The first retry at 0.2 s (the library's at 1 s): a lost reply or a reset costs
-        # one retry, and the next ones back off to 30 s.
-        return DEFAULT_RETRY.with_delay(initial=0.2, multiplier=2.0,
+        return DEFAULT_RETRY.with_delay(initial=RETRY_FIRST_S, multiplier=2.0,
                                         maximum=30.0).with_timeout(self.retry_s)
 
     def _blob(self, path: str, token: str | None = None) -> Any:
@@ -148,16 +151,28 @@ class GcsFiles(ObjectStoreFiles):
                 creating=True)
         else:
             body.seek(0, os.SEEK_END)
-            size = body.tell()  # known: up to the threshold one request, not a session
+            size = body.tell()
             self._call("create", path, lambda: blob.upload_from_file(
-                body, rewind=True, size=size, if_generation_match=0, retry=self._retry(),
-                timeout=TIMEOUT_S), creating=True)
+                body, rewind=True, size=self._size_for_client(size), if_generation_match=0,
+                retry=self._retry(), timeout=TIMEOUT_S), creating=True)
 
     def _upload_if_absent(self, local_file: str, path: str, size: int, token: str) -> None:
         blob = self._blob(path, token)
-        self._call("upload", path, lambda: blob.upload_from_filename(
-            local_file, if_generation_match=0, retry=self._retry(), timeout=TIMEOUT_S),
-            creating=True)
+
+        def upload() -> None:
+            with open(local_file, "rb") as body:
+                blob.upload_from_file(body, size=self._size_for_client(size),
+                                      if_generation_match=0, retry=self._retry(),
+                                      timeout=TIMEOUT_S)
+
+        self._call("upload", path, upload, creating=True)
+
+    def _size_for_client(self, size: int) -> int | None:
+        """The size to tell Google's client: known, it sends an object up to its own
+        limit (8 MiB) in one request; unknown (above ``multipart_threshold``), it opens a
+        resumable session and sends ``part_size`` chunks, the precondition checked
+        when the last one completes it."""
+        return size if size <= self.multipart_threshold else None
 
     def _put(self, path: str, data: bytes) -> None:
         blob = self._blob(path)

@@ -42,9 +42,12 @@ cmd_fetch() {
   command -v go >/dev/null || die "Go is needed to build fake-gcs-server (Debian: apt-get install golang; or set STORAGE_EMULATOR_HOST to an emulator you run)"
   log "building fake-gcs-server $VERSION with $(go version | cut -d' ' -f3) (first time: about two minutes) ..."
   local t0; t0="$(now_ns)"
-  # its own module and build caches: nothing of the user's Go environment is touched
+  # Its own module and build caches: nothing of the user's Go environment is touched.
+  # Unoptimized, without symbols: a test emulator's speed does not matter, the build's
+  # does (measured: 15% less CPU, the build runs beside the tests).
   if ! GOBIN="$SDIR/bin" GOPATH="$SDIR/gopath" GOCACHE="$SDIR/gocache" GOFLAGS=-modcacherw \
-      go install "github.com/fsouza/fake-gcs-server@$VERSION" >"$SDIR/build.log" 2>&1; then
+      go install -gcflags='all=-N -l' -ldflags='-s -w' \
+      "github.com/fsouza/fake-gcs-server@$VERSION" >"$SDIR/build.log" 2>&1; then
     tail -n 20 "$SDIR/build.log" >&2; die "could not build fake-gcs-server (log: $SDIR/build.log)"
   fi
   rm -rf "$SDIR/gocache" "$SDIR/gopath"
