@@ -13,7 +13,8 @@
 # string (Azurite's well-known development account devstoreaccount1 and its published
 # key); sparkeos URIs name that account: abfs://<container>@devstoreaccount1.dfs.core.
 # windows.net/path. Containers are made by their users. Azurite honours If-None-Match: *
-# on Put Blob, Put Block List and Copy Blob.
+# on Put Blob, Put Block List and Copy Blob. Its telemetry is off: with it on, a stopped
+# Azurite kept trying to send it and did not exit until KILLed (30 s per stop).
 #
 # Environment:
 #   SPARKEOS_SERVICES_DIR          default <repo>/.services
@@ -61,39 +62,15 @@ pid_is_ours() { pid_cmdline_has "$1" "azurite-blob" "--blobPort $PORT"; }
 # an anonymous request answers with an HTTP status (Azurite: 400 or 403)
 answers() { curl -s -o /dev/null -m 5 -w '%{http_code}' "http://$HOST:$PORT/$ACCOUNT?comp=list" | grep -q '^[1-5]'; }
 
-wait_ready() {
-  wait_until_ready "$1" "Azure Blob (Azurite)" "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" \
-    "answer HTTP on $HOST:$PORT" answers
-}
-
 cmd_start() {
-  take_lock "$SDIR"
-  local pid
-  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then
-    wait_ready "$pid"
-    echo "azure=$(connection_string)"
-    return 0
-  fi
-  rm -f "$PIDFILE"
-  ports_free "$PORT" || die "port $PORT already in use by another process (set SPARKEOS_AZURE_PORT)"
-  cmd_fetch
-  local t0; t0="$(now_ns)"
-  echo "==== $(date -Is) starting azurite-blob on $HOST:$PORT" >>"$LOGFILE"
-  spawn "$PIDFILE" "$LOGFILE" "$SDIR" "$BIN" --blobHost "$HOST" --blobPort "$PORT" \
-    --inMemoryPersistence --skipApiVersionCheck --silent
-  pid="$(await_pid "$PIDFILE")"
-  [[ -n "$pid" ]] || die "azurite did not start (log: $LOGFILE)"
-  wait_ready "$pid"
-  log "Azure Blob (Azurite) up, pid $pid, $(elapsed_since "$t0") s"
-  echo "azure=$(connection_string)"
+  http_service_start "Azure Blob (Azurite)" "azure=$(connection_string)" SPARKEOS_AZURE_PORT \
+    "$SDIR" "$BIN" --blobHost "$HOST" --blobPort "$PORT" --inMemoryPersistence \
+    --skipApiVersionCheck --disableTelemetry --silent
 }
 
-cmd_stop() {
-  take_lock "$SDIR"
-  stop_pidfile "$PIDFILE" pid_is_ours
-}
+cmd_stop() { http_service_stop; }
 
-cmd_status() { service_status "$PIDFILE" pid_is_ours "azure=$(connection_string)" "azure=$(connection_string)" answers; }
+cmd_status() { http_service_status "azure=$(connection_string)"; }
 
 case "${1:-}" in
   fetch) take_lock "$SDIR"; cmd_fetch ;;

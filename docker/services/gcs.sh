@@ -74,39 +74,15 @@ pid_is_ours() { pid_cmdline_has "$1" "fake-gcs-server" "-port $PORT"; }
 
 answers() { curl -s -o /dev/null -m 5 -w '%{http_code}' "http://$HOST:$PORT/storage/v1/b" | grep -q '^2'; }
 
-wait_ready() {
-  wait_until_ready "$1" "GCS (fake-gcs-server)" "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" \
-    "answer HTTP on $HOST:$PORT" answers
-}
-
 cmd_start() {
-  take_lock "$SDIR"
-  local pid
-  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then
-    wait_ready "$pid"
-    echo "gcs=http://$HOST:$PORT"
-    return 0
-  fi
-  rm -f "$PIDFILE"
-  ports_free "$PORT" || die "port $PORT already in use by another process (set SPARKEOS_GCS_PORT)"
-  cmd_fetch
-  local t0; t0="$(now_ns)"
-  echo "==== $(date -Is) starting fake-gcs-server on $HOST:$PORT" >>"$LOGFILE"
-  spawn "$PIDFILE" "$LOGFILE" "$SDIR" "$BIN" -scheme http -host "$HOST" -port "$PORT" \
-    -backend memory -public-host "$HOST:$PORT" -log-level warn
-  pid="$(await_pid "$PIDFILE")"
-  [[ -n "$pid" ]] || die "fake-gcs-server did not start (log: $LOGFILE)"
-  wait_ready "$pid"
-  log "GCS (fake-gcs-server) up, pid $pid, $(elapsed_since "$t0") s"
-  echo "gcs=http://$HOST:$PORT"
+  http_service_start "GCS (fake-gcs-server)" "gcs=http://$HOST:$PORT" SPARKEOS_GCS_PORT \
+    "$SDIR" "$BIN" -scheme http -host "$HOST" -port "$PORT" -backend memory \
+    -public-host "$HOST:$PORT" -log-level warn
 }
 
-cmd_stop() {
-  take_lock "$SDIR"
-  stop_pidfile "$PIDFILE" pid_is_ours
-}
+cmd_stop() { http_service_stop; }
 
-cmd_status() { service_status "$PIDFILE" pid_is_ours "gcs=http://$HOST:$PORT" "gcs=http://$HOST:$PORT" answers; }
+cmd_status() { http_service_status "gcs=http://$HOST:$PORT"; }
 
 case "${1:-}" in
   fetch) take_lock "$SDIR"; cmd_fetch ;;

@@ -215,6 +215,50 @@ service_status() {
   return 3
 }
 
+# ---------------------------------------------------------------- one-process HTTP services
+# The start, stop and status of a service that is one process answering HTTP on one port
+# (s3.sh, gcs.sh, azure.sh). The calling script defines SDIR, PIDFILE, LOGFILE, PORT and
+# START_TIMEOUT, and the functions pid_is_ours PID, answers (it answers HTTP) and cmd_fetch.
+
+# http_service_start NAME LINE PORT_SETTING DIR COMMAND [ARG...]: the `start` command. A
+# running process of ours is waited for; else the port must be free, cmd_fetch runs, and
+# COMMAND starts in DIR (spawn) and is waited for until it answers. Prints LINE.
+http_service_start() {
+  local name="$1" line="$2" port_setting="$3" dir="$4" pid t0
+  shift 4
+  take_lock "$SDIR"
+  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then
+    _http_service_ready "$name" "$pid"
+    echo "$line"
+    return 0
+  fi
+  rm -f "$PIDFILE"
+  ports_free "$PORT" || die "port $PORT already in use by another process (set $port_setting)"
+  cmd_fetch
+  t0="$(now_ns)"
+  echo "==== $(date -Is) starting $name on $HOST:$PORT: $*" >>"$LOGFILE"
+  spawn "$PIDFILE" "$LOGFILE" "$dir" "$@"
+  pid="$(await_pid "$PIDFILE")"
+  [[ -n "$pid" ]] || die "$name did not start (log: $LOGFILE)"
+  _http_service_ready "$name" "$pid"
+  log "$name up, pid $pid, $(elapsed_since "$t0") s"
+  echo "$line"
+}
+
+_http_service_ready() {
+  wait_until_ready "$2" "$1" "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" \
+    "answer HTTP on $HOST:$PORT" answers
+}
+
+# http_service_stop: the `stop` command (stop_pidfile, under the service's lock)
+http_service_stop() {
+  take_lock "$SDIR"
+  stop_pidfile "$PIDFILE" pid_is_ours
+}
+
+# http_service_status LINE: the `status` command (service_status), LINE what it serves
+http_service_status() { service_status "$PIDFILE" pid_is_ours "$1" "$1" answers; }
+
 # ---------------------------------------------------------------- readiness
 
 # port_open PORT: something accepts TCP connections on $HOST:PORT

@@ -97,40 +97,16 @@ pid_is_ours() { pid_cmdline_has "$1" "sparkeos.testing.s3server" "--port $PORT";
 # an anonymous GET of the service root answers with an HTTP status (moto: 200 or 403)
 answers() { curl -s -o /dev/null -m 5 -w '%{http_code}' "http://$HOST:$PORT/" | grep -q '^[1-5]'; }
 
-wait_ready() {
-  wait_until_ready "$1" "S3 (moto)" "$PIDFILE" "$LOGFILE" "$START_TIMEOUT" "$PORT" \
-    "answer HTTP on $HOST:$PORT" answers
-}
-
 cmd_start() {
-  take_lock "$SDIR"
-  local pid
-  if pid="$(our_pid "$PIDFILE" pid_is_ours)"; then
-    wait_ready "$pid"
-    echo "s3=http://$HOST:$PORT"
-    return 0
-  fi
-  rm -f "$PIDFILE"
-  ports_free "$PORT" || die "port $PORT already in use by another process (set SPARKEOS_S3_PORT)"
-  cmd_fetch
   local args=(-m sparkeos.testing.s3server --host "$HOST" --port "$PORT")
   [[ "${SPARKEOS_S3_NO_CONDITIONAL:-}" != 1 ]] || args+=(--no-conditional-writes)
-  local t0; t0="$(now_ns)"
-  echo "==== $(date -Is) starting S3 (moto) on $HOST:$PORT ${args[*]:5}" >>"$LOGFILE"
-  spawn "$PIDFILE" "$LOGFILE" "$REPO" env PYTHONPATH="$REPO" "$PYTHON" "${args[@]}"
-  pid="$(await_pid "$PIDFILE")"
-  [[ -n "$pid" ]] || die "S3 server process did not start (log: $LOGFILE)"
-  wait_ready "$pid"
-  log "S3 (moto) up, pid $pid, $(elapsed_since "$t0") s"
-  echo "s3=http://$HOST:$PORT"
+  http_service_start "S3 (moto)" "s3=http://$HOST:$PORT" SPARKEOS_S3_PORT "$REPO" \
+    env PYTHONPATH="$REPO" "$PYTHON" "${args[@]}"
 }
 
-cmd_stop() {
-  take_lock "$SDIR"
-  stop_pidfile "$PIDFILE" pid_is_ours
-}
+cmd_stop() { http_service_stop; }
 
-cmd_status() { service_status "$PIDFILE" pid_is_ours "s3=http://$HOST:$PORT" "s3=http://$HOST:$PORT" answers; }
+cmd_status() { http_service_status "s3=http://$HOST:$PORT"; }
 
 case "${1:-}" in
   fetch) cmd_fetch ;;

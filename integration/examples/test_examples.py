@@ -37,7 +37,7 @@ import pytest
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.core.faults import ENV_VAR, SOURCE_ENV
 from sparkeos.testing.conformance import assert_exactly_once
-from sparkeos.testing.job import JobResult
+from sparkeos.testing.job import JobResult, again_if_worker_not_started
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -72,19 +72,23 @@ class Example:
         env["SPARK_SUBMIT_OPTS"] = (env.get("SPARK_SUBMIT_OPTS", "")
                                     + f" -Djava.io.tmpdir={env['TMPDIR']}").strip()
         env.setdefault("PYSPARK_PYTHON", sys.executable)
-        proc = subprocess.Popen(
-            [sys.executable, str(EXAMPLES / self.script), *args, "--available-now"],
-            cwd=self.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            out, err = proc.communicate()
-            err += f"\n[test] {self.script} killed after {RUN_TIMEOUT_S:.0f} s"
-        finally:
-            _kill_group(proc.pid)
-        return JobResult(proc.returncode, out, err)
+
+        def once() -> JobResult:
+            proc = subprocess.Popen(
+                [sys.executable, str(EXAMPLES / self.script), *args, "--available-now"],
+                cwd=self.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, start_new_session=True)
+            try:
+                out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid)
+                out, err = proc.communicate()
+                err += f"\n[test] {self.script} killed after {RUN_TIMEOUT_S:.0f} s"
+            finally:
+                _kill_group(proc.pid)
+            return JobResult(proc.returncode, out, err)
+
+        return again_if_worker_not_started(once)
 
     def run_until_killed(self, *args: str, kill: str, tries: int = 3) -> None:
         """Run with ``kill`` planned until it happened. A STOMP run whose first pull

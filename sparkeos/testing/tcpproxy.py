@@ -39,62 +39,39 @@ be the ``upstream`` the proxy was given).
 
 from __future__ import annotations
 
-import random
 import re
 import socket
 import threading
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
 
 from .wireprotocols import KAFKA, POSTGRES, SESSIONS, STOMP, Session
-from .wireproxy import DELAY, LOST_REPLY, RESET
+from .wireproxy import DELAY, LOST_REPLY, RESET, FaultRules, Firing
 
 ACTIONS = (LOST_REPLY, RESET, DELAY)
 _CHUNK = 65536
 
 
 @dataclass
-class WireFault:
+class WireFault(Firing):
     action: str
     request: str
     """A regular expression searched in the request's summary."""
-    times: int | None = 1
-    """How many matches it fires on (None: every one)."""
-    fraction: float | None = None
-    """Fire on this share of the matches instead (seeded: the same run each time)."""
-    seed: int = 37
-    delay_s: float = 1.0
-    """How long a ``DELAY`` holds the request before forwarding it."""
-    fired: int = field(default=0, init=False)
     _pattern: re.Pattern[str] = field(init=False, repr=False)
-    _random: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise ValueError(f"unknown fault {self.action!r}; one of {ACTIONS}")
         self._pattern = re.compile(self.request)
-        self._random = random.Random(self.seed)
-        if self.fraction is not None:
-            self.times = None
+        super().__post_init__()
 
     def fire(self, summary: str) -> bool:
         """Whether this request is hurt (and count it)."""
-        if not self._pattern.search(summary):
-            return False
-        if self.fraction is not None:
-            hurt = self._random.random() < self.fraction
-        elif self.times is None:
-            hurt = True
-        else:
-            hurt = self.times > 0
-            self.times -= hurt
-        self.fired += hurt
-        return hurt
+        return bool(self._pattern.search(summary)) and self.hurts()
 
 
-class TcpFaultProxy:
+class TcpFaultProxy(FaultRules[WireFault]):
     """The proxy, on a free port of ``listen_host``, in threads of this process."""
 
     def __init__(self, upstream: str, protocol: str, listen_host: str = "127.0.0.1") -> None:
@@ -103,18 +80,15 @@ class TcpFaultProxy:
         host, _, port = upstream.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"TcpFaultProxy forwards to host:port, not {upstream!r}")
+        super().__init__("sparkeos-tcp-fault-proxy")
         self.upstream = (host.strip("[]"), int(port))
         self.protocol = protocol
-        self.faults: list[WireFault] = []
         self.injected: list[tuple[str, str]] = []
         self.requests: list[str] = []
         """Every summarised request, in order."""
         self.sessions: list[Session] = []
-        self._lock = threading.Lock()
         self._links: set[_Link] = set()
         self._server = socket.create_server((listen_host, 0))
-        self._thread = threading.Thread(target=self._accept, name="sparkeos-tcp-fault-proxy",
-                                        daemon=True)
 
     @property
     def host(self) -> str:
@@ -128,19 +102,6 @@ class TcpFaultProxy:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def add(self, fault: WireFault) -> WireFault:
-        with self._lock:
-            self.faults.append(fault)
-        return fault
-
-    def clear(self) -> None:
-        with self._lock:
-            self.faults.clear()
-
-    def start(self) -> TcpFaultProxy:
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         """Stop listening and close every connection still open."""
         try:
@@ -153,12 +114,6 @@ class TcpFaultProxy:
         for link in links:
             link.close()
 
-    def __enter__(self) -> TcpFaultProxy:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
     def choose(self, summary: str) -> WireFault | None:
         """The fault for this request, if one fires (recorded)."""
         with self._lock:
@@ -169,7 +124,7 @@ class TcpFaultProxy:
                     return fault
         return None
 
-    def _accept(self) -> None:
+    def _serve(self) -> None:  # accept connections
         while True:
             try:
                 client, _ = self._server.accept()

@@ -44,7 +44,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Generic, Self, TypeVar
 
 LOST_REPLY = "lost_reply"
 RESET = "reset"
@@ -63,29 +63,51 @@ _ERRORS = {
 }
 
 
+@dataclass(kw_only=True)
+class Firing:
+    """When a matching fault hurts its request: on its first ``times`` matches (None:
+    every one), or on a seeded ``fraction`` of them (the same run each time). Shared by
+    this proxy's ``Fault`` and ``tcpproxy.WireFault``."""
+
+    times: int | None = 1
+    fraction: float | None = None
+    seed: int = 37
+    delay_s: float = 1.0
+    """How long a ``DELAY`` holds the request before forwarding it."""
+    fired: int = field(default=0, init=False)
+    _random: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+        if self.fraction is not None:
+            self.times = None
+
+    def hurts(self) -> bool:
+        """Whether this match is hurt (and count it)."""
+        if self.fraction is not None:
+            hurt = self._random.random() < self.fraction
+        elif self.times is None:
+            hurt = True
+        else:
+            hurt = self.times > 0
+            self.times -= hurt
+        self.fired += hurt
+        return hurt
+
+
 @dataclass
-class Fault:
+class Fault(Firing):
     action: str
     method: str | None = None
     path: str = ""
     """A regular expression searched in the request's path and query."""
     conditional: bool | None = None
     """True: only requests with ``If-None-Match`` / ``If-Match``; False: only without."""
-    times: int | None = 1
-    """How many matches it fires on (None: every one)."""
-    fraction: float | None = None
-    """Fire on this share of the matches instead (seeded: the same run each time)."""
-    seed: int = 37
-    delay_s: float = 1.0
-    """How long a ``DELAY`` holds the request before forwarding it."""
-    _random: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise ValueError(f"unknown fault {self.action!r}; one of {ACTIONS}")
-        self._random = random.Random(self.seed)
-        if self.fraction is not None:
-            self.times = None
+        super().__post_init__()
 
     def matches(self, method: str, path: str, headers: Any) -> bool:
         if self.method is not None and method != self.method:
@@ -98,46 +120,24 @@ class Fault:
                 return False
         return True
 
-    def fire(self) -> bool:
-        """Whether this match is hurt (and count it)."""
-        if self.fraction is not None:
-            return self._random.random() < self.fraction
-        if self.times is None:
-            return True
-        if self.times <= 0:
-            return False
-        self.times -= 1
-        return True
-
 
 def is_conditional(path: str, headers: Any) -> bool:
     return bool(headers.get("If-None-Match") or headers.get("If-Match")
                 or "ifGenerationMatch=" in path)
 
 
-class FaultProxy:
-    """The proxy, on a free port of 127.0.0.1, in a thread of this process."""
+FaultT = TypeVar("FaultT", bound=Firing)
 
-    def __init__(self, upstream: str) -> None:
-        parsed = urllib.parse.urlparse(upstream)
-        if parsed.scheme != "http" or not parsed.hostname:
-            raise ValueError(f"FaultProxy forwards to http://host:port, not {upstream!r}")
-        self.upstream = (parsed.hostname, parsed.port or 80)
-        self.faults: list[Fault] = []
-        self.injected: list[tuple[str, str, str]] = []
-        self.requests: list[tuple[str, str]] = []
-        """Every request seen (method, path with query), in order."""
+
+class FaultRules(Generic[FaultT]):
+    """A proxy's faults, tried in order on each request, and its serving thread."""
+
+    def __init__(self, thread_name: str) -> None:
+        self.faults: list[FaultT] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="sparkeos-fault-proxy", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=thread_name, daemon=True)
 
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def add(self, fault: Fault) -> Fault:
+    def add(self, fault: FaultT) -> FaultT:
         with self._lock:
             self.faults.append(fault)
         return fault
@@ -146,26 +146,55 @@ class FaultProxy:
         with self._lock:
             self.faults.clear()
 
-    def start(self) -> FaultProxy:
+    def start(self) -> Self:
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        raise NotImplementedError
 
-    def __enter__(self) -> FaultProxy:
+    def _serve(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class FaultProxy(FaultRules[Fault]):
+    """The proxy, on a free port of 127.0.0.1, in a thread of this process."""
+
+    def __init__(self, upstream: str) -> None:
+        parsed = urllib.parse.urlparse(upstream)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise ValueError(f"FaultProxy forwards to http://host:port, not {upstream!r}")
+        super().__init__("sparkeos-fault-proxy")
+        self.upstream = (parsed.hostname, parsed.port or 80)
+        self.injected: list[tuple[str, str, str]] = []
+        self.requests: list[tuple[str, str]] = []
+        """Every request seen (method, path with query), in order."""
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def _serve(self) -> None:
+        self._server.serve_forever()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
     def choose(self, method: str, path: str, headers: Any) -> Fault | None:
         """The fault for this request, if one fires (recorded)."""
         with self._lock:
             self.requests.append((method, path))
             for fault in self.faults:
-                if fault.matches(method, path, headers) and fault.fire():
+                if fault.matches(method, path, headers) and fault.hurts():
                     self.injected.append((fault.action, method, path))
                     return fault
         return None

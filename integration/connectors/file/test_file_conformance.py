@@ -352,6 +352,7 @@ class TestFileSinkFormatS3(FormatConformance, TestFileSinkS3):
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-parquet", "options": {"path": self.output(workdir)}}
 
+    @pytest.mark.connect
     def test_the_s3a_endpoint_setting_reaches_the_format_without_a_session(
             self, workdir: str) -> None:
         """Issue 37, item 3: the endpoint only in Spark's own setting, no
@@ -359,8 +360,9 @@ class TestFileSinkFormatS3(FormatConformance, TestFileSinkS3):
         committer no session; ``sparkeos.register(spark)`` carries the session's
         ``spark.hadoop.fs.s3a.endpoint`` to them with the formats (the first run), or
         the writer gives it as an option of the same name (its restart, two batches
-        more, with a format Spark discovered by itself). Without it the planner looks
-        for the checkpoint on Amazon S3."""
+        more, with a format Spark discovered by itself). The last restart registers
+        from a Spark Connect client, the query in the server. Without the setting
+        carried the planner looks for the checkpoint on Amazon S3."""
         spec = self.job(workdir)
         assert spec.spark_conf.get("spark.hadoop.fs.s3a.endpoint") == self.s3_endpoint
         no_endpoint_env = {"AWS_ENDPOINT_URL_S3": "", "AWS_ENDPOINT_URL": ""}
@@ -372,6 +374,12 @@ class TestFileSinkFormatS3(FormatConformance, TestFileSinkS3):
         expected = self.prepare_input(workdir, files=4)  # the first two again, unchanged
         options = {**spec.sink["options"], "spark.hadoop.fs.s3a.endpoint": self.s3_endpoint}
         result = self.run(replace(spec, sink={**spec.sink, "options": options}),
+                          env=no_endpoint_env)
+        assert result.returncode == 0, result.tail()
+        assert_exactly_once(self.read_with_pyarrow(self.output(workdir)), expected)
+
+        expected = self.prepare_input(workdir, files=6)
+        result = self.run(replace(spec, register_formats=True, connect=True),
                           env=no_endpoint_env)
         assert result.returncode == 0, result.tail()
         assert_exactly_once(self.read_with_pyarrow(self.output(workdir)), expected)
