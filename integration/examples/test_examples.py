@@ -22,7 +22,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import uuid
@@ -37,7 +36,7 @@ import pytest
 from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.core.faults import ENV_VAR, SOURCE_ENV
 from sparkeos.testing.conformance import assert_exactly_once
-from sparkeos.testing.job import JobResult, again_if_worker_not_started
+from sparkeos.testing.job import JobResult, again_if_worker_not_started, collect_job
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -78,15 +77,7 @@ class Example:
                 [sys.executable, str(EXAMPLES / self.script), *args, "--available-now"],
                 cwd=self.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True, start_new_session=True)
-            try:
-                out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
-                out, err = proc.communicate()
-                err += f"\n[test] {self.script} killed after {RUN_TIMEOUT_S:.0f} s"
-            finally:
-                _kill_group(proc.pid)
-            return JobResult(proc.returncode, out, err)
+            return collect_job(proc, RUN_TIMEOUT_S)
 
         return again_if_worker_not_started(once)
 
@@ -108,13 +99,6 @@ class Example:
             if done():
                 return
         raise AssertionError(f"{self.script}: not done after {runs} runs:\n{result.tail()}")
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def query_key(checkpoint: Path, sink: str) -> str | None:

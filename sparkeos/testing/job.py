@@ -287,13 +287,14 @@ def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
                 [sys.executable, "-m", module, spec_path], cwd=cwd, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, env=_child_env(env, plan),
                 start_new_session=True)
-        return _collect(proc, timeout)
+        return collect_job(proc, timeout)
 
     return again_if_worker_not_started(once)
 
 
-def _collect(proc: subprocess.Popen[str], timeout: float) -> JobResult:
-    """Wait for a job process, then kill its group (a killed driver's JVM and workers)."""
+def collect_job(proc: subprocess.Popen[str], timeout: float) -> JobResult:
+    """Wait for a job process (started with ``start_new_session=True``), then kill its
+    group (a killed driver's JVM and workers)."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
