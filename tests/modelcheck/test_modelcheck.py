@@ -10,7 +10,8 @@ from sparkeos.testing.modelcheck import MUTANTS, SMALL, explore
 def test_small_bound_reaches_no_violation():
     report = explore(SMALL)
     assert report.violations == 0, report.shortest
-    assert report.schedules > 1000 and len(report.states) > 10_000
+    assert report.schedules > 20_000 and len(report.states) > 150_000
+    assert set(report.by_scenario) == {s.name for s in SMALL.scenarios}
     assert report.summary().startswith(f"model check: schedules={report.schedules} states=")
 
 

@@ -38,6 +38,14 @@ actor may be run out of turn once, anywhere."""
 TWO_FAULTS = _budget(total=2, delays=0, stage=1, recover=1)
 """Every pair of faults at every pair of steps."""
 
+PAIRS_OF_FAULTS = (
+    (Scenario("query-two-faults", batches=2), TWO_FAULTS),
+    (Scenario("query-overlap-two-faults", batches=2, overlap=True), TWO_FAULTS),
+)
+"""Two batches with every pair of faults, without and with overlapping commits: in both
+bounds, so that the test suite sees a crash meeting a second fault (a racing recover, a
+stage retry, a task's death) anywhere."""
+
 SMALL = Bound("small", (
     (Scenario("two-sinks-one-name", batches=1, two_sinks_one_name=True), ONE_FAULT),
     (Scenario("refused-first-schema", batches=1, refused_first_schema=True), ONE_FAULT),
@@ -47,8 +55,9 @@ SMALL = Bound("small", (
     # task faults beside it run in the full bound.
     (Scenario("query-overlap", batches=2, partitions=1, max_failures=1, overlap=True),
      _budget(total=1, delays=1, stage=0, copy=0, fail=0, choice=0)),
+    *PAIRS_OF_FAULTS,
 ))
-"""Runs in the normal test suite (about 7,000 schedules)."""
+"""Runs in the normal test suite (about 24,600 schedules, a minute)."""
 
 FULL = Bound("full", (
     (Scenario("two-sinks-one-name", batches=2, two_sinks_one_name=True), ONE_FAULT),
@@ -56,12 +65,12 @@ FULL = Bound("full", (
     (Scenario("query"), ONE_FAULT),
     (Scenario("query-no-task-retries", max_failures=1), ONE_FAULT),
     (Scenario("query-commit-in-tasks", commit_location=CommitLocation.TASKS), ONE_FAULT),
-    (Scenario("query-two-faults", batches=2), TWO_FAULTS),
+    PAIRS_OF_FAULTS[0],
     (Scenario("sink-group", batches=2, group=True), ONE_FAULT),
     (Scenario("sink-group-commit-in-tasks", batches=2, group=True,
               commit_location=CommitLocation.TASKS), ONE_FAULT),
     (Scenario("query-overlap", overlap=True), ONE_FAULT),
-    (Scenario("query-overlap-two-faults", batches=2, overlap=True), TWO_FAULTS),
+    PAIRS_OF_FAULTS[1],
 ))
 """``./run modelcheck`` (about 56,000 schedules): 3 batches x 2 partitions with one
 fault and one delay, in three shapes of the query; 2 batches with every pair of
