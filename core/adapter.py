@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import onstart
+from . import ending, onstart
 from .commitlog import CommitLog
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
@@ -61,6 +61,8 @@ class ForeachBatchAdapter:
         if config.overlap_commits and config.guarantee is Guarantee.EXACTLY_ONCE:
             # A restart without new input runs no batch: finish at the start instead.
             onstart.watch(self)
+            # The end of the query, of Spark or of the interpreter waits for the commit.
+            ending.hold(self)
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark Connect cloudpickles the foreachBatch function to a server-side Python
@@ -102,10 +104,22 @@ class ForeachBatchAdapter:
         """Wait until every batch Spark saw end is committed (with ``overlap_commits``
         the last one may still be committing in the background); raise the failure of
         its commit. Without ``overlap_commits`` there is never anything to wait for.
-        It also waits for what a query's start commits (``core.onstart``)."""
-        failure = self._await_finishing(None)
+        It also waits for what a query's start commits (``core.onstart``). The end of a
+        query, of Spark's context and of the interpreter call it (``core.ending``)."""
+        self.settle(None)
+
+    def served(self, query_id: str) -> bool:
+        """Whether this adapter runs, or ran last, the query ``query_id`` (or commits
+        what its start left decided)."""
         run = self._run
-        if run is not None and run.coordinator is not None:
+        return (run is not None and run.key[0] == query_id) or query_id in self._finishing
+
+    def settle(self, query_id: str | None) -> None:
+        """``flush`` for the query ``query_id`` (None: any query)."""
+        failure = self._await_finishing(query_id)
+        run = self._run
+        if (run is not None and run.coordinator is not None
+                and query_id in (None, run.key[0])):
             run.coordinator.flush()
         if failure is not None:
             raise failure

@@ -76,8 +76,10 @@ class CoordinatorConfig:
     other slot). Throughput rises by up to the time of phase 2; the records of a batch
     become visible after Spark saw the batch end (``BatchMetrics.visible_ms``), so
     ``processAllAvailable()`` no longer means "committed": call the adapter's
-    ``flush()``. A failure of a background phase 2 stops the query at the next batch;
-    the batch stays decided and the next recovery commits it. Default ``False``.
+    ``flush()``. The end of the query, of Spark's context and of the driver wait for
+    the last commit and raise its failure (``core.ending``). A failure of a background
+    phase 2 stops the query at the next batch; the batch stays decided and the next
+    recovery commits it. Default ``False``.
     """
 
     name: str

@@ -71,7 +71,11 @@ class Coordinator:
         query_key: str,
         faults: FaultPlan | None = None,
         background: Starter = start_thread,
+        durable_identity: bool = True,
     ) -> None:
+        """``query_key``: the query's key (``core.identity``); ``durable_identity``
+        False for a key of this query run only (at-least-once without a durable
+        identity: the replay rule then never skips)."""
         members = members_of(sink)
         for member, part in members.items():
             if config.guarantee not in part.guarantees:
@@ -83,15 +87,16 @@ class Coordinator:
                     sink=config.name,
                     fix="ask for a guarantee the sink supports, or use another sink",
                 )
-        if config.guarantee is Guarantee.EXACTLY_ONCE and log is None:
+        if config.guarantee is Guarantee.EXACTLY_ONCE and (log is None or not durable_identity):
             raise ConfigurationError(
-                "exactly-once needs a commit log", sink=config.name,
-                fix="give the query a checkpointLocation",
+                "exactly-once needs a commit log and the query's durable identity",
+                sink=config.name, fix="give the query a checkpointLocation",
             )
         self.scope = Scope(
             members={m: part.for_guarantee(config.guarantee) for m, part in members.items()},
             grouped=isinstance(sink, SinkGroup), config=config, log=log,
-            pool=TransactionPool(query_key, config.name), faults=faults or FaultPlan())
+            pool=TransactionPool(query_key, config.name, durable_identity),
+            faults=faults or FaultPlan())
         self.checks = PreDecisionChecks(self.scope)
         self.recovery = Recovery(self.scope)
         self._direct_run = random.randrange(DIRECT_RUNS.start, DIRECT_RUNS.stop)

@@ -5,6 +5,7 @@
         ``SchemaMismatchError`` the batch does not fit what the sink holds.
     ``RetriableError``          transient (unreachable system, timeout); restarting
                                 the query re-runs the batch, nothing is lost.
+        ``SparkStoppedError``   Spark's context stopped under work that needs tasks.
     ``TransactionAbortedError`` a batch failed before its decision; every transaction
                                 of it was rolled back; a restart writes it again.
     ``AttemptFencedError``      this task attempt lost to another attempt of the same
@@ -95,6 +96,12 @@ class RetriableError(SparkEOSError):
     """A transient failure: the batch can be retried; nothing was lost or committed."""
 
 
+class SparkStoppedError(RetriableError):
+    """Spark's context stopped (``spark.stop()``, the application ended) under work that
+    needs its tasks. Phase 2 of a decided batch then finishes in the driver's process
+    (``core.recovery``); anywhere else the query's restart does the work again."""
+
+
 class TransactionAbortedError(SparkEOSError):
     """Phase 1 failed; every transaction of the batch was rolled back."""
 
@@ -133,6 +140,12 @@ class DataRejectedError(SparkEOSError):
 
 class DataLossError(SparkEOSError):
     """A transaction recorded as decided can no longer be committed."""
+
+
+class ReplayUndecidableError(SparkEOSError):
+    """The replay rule cannot tell whether a decided participant's rows are the ones on
+    record as committed (a receipt or marker without a fingerprint): under exactly-once
+    the commit is refused rather than risk a duplicate or a loss (``core.replay``)."""
 
 
 _EXCEPTION_NAME = re.compile(r"[A-Za-z_][\w.]*")

@@ -14,7 +14,9 @@ Driver points kill the driver process (``os._exit``), as a power cut would: no
   partition 0 kills the driver (for driver-committing sinks it is a driver point);
 * ``task_fail_before_prepare`` / ``task_fail_after_prepare``: the first attempt of
   partition 0's task dies (its worker exits), so Spark retries it (or fails the
-  job if the master allows no retries) under a new attempt ID;
+  job if the master allows no retries) under a new attempt ID; under
+  ``at_least_once``, ``task_fail_after_prepare`` ends a direct task between the
+  sink's ``prepare`` and its ``commit``;
 * ``kill_executor_before_prepare``: the first attempt of partition 0's phase-1 task has
   written its rows, then SIGKILLs its executor's JVM (a lost worker), so the driver
   loses the executor and Spark runs the task again elsewhere;

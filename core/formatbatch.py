@@ -36,6 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from . import identity
 from .batch import ExactlyOnceBatch, Opened, ms_since
 from .commitlog import CommitLog, open_store, sink_log_location
 from .config import CoordinatorConfig, Guarantee
@@ -47,11 +48,11 @@ from .group import SINGLE, for_checkpoint
 from .lease import TaskRenewal, driver_pid, lease_record
 from .observe import BatchMetrics, log_event
 from .protocol import TransactionalSink
-from .queryrun import claim_log
+from .queryrun import claim_log, refuse_unfinished_log
 from .replay import note_replays
-from .spark import checkpoint_query_id, require_durable_checkpoint
+from .spark import require_durable_checkpoint
 from .tasks import DirectTask, PrepareTask, TaskResult
-from .txpool import DIRECT_RUNS, query_key_for
+from .txpool import DIRECT_RUNS
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,10 @@ class PlannedBatch:
     writer): which batch and run the tasks write, and how."""
 
     batch_id: int
-    query_id: str
+    query_id: str | None
+    """Spark's query ID as the planning read it (``core.identity``); None: the
+    planning had none (an at-least-once format without a checkpointLocation option:
+    the tasks take the running query's)."""
     run: int | None
     """The run ``begun`` recorded; None when the batch needs no phase 1 (decided
     before: its tasks write nothing) or under a weaker guarantee."""
@@ -80,16 +84,20 @@ class FormatQuery:
         self.max_partitions = max_partitions
         self.faults = crash_whole_job(FaultPlan.from_env())
         if config.guarantee is not Guarantee.EXACTLY_ONCE:
+            # Without the option the planning has no identity; each task reads the
+            # running query's (``run_task``).
             self.location = (resolve_checkpoint(config) if config.checkpoint_location
                              else None)
-            self.query_id = (checkpoint_query_id(self.location) if self.location
-                             else None) or f"adhoc:{config.name}"
+            self.identity = identity.of_checkpoint(self.location)
+            self.query_id = self.identity.query_id
             self.log: CommitLog | None = None
-            self.coordinator = Coordinator(sink, config, None, query_key_for(self.query_id),
-                                           self.faults)
+            self.coordinator = Coordinator(sink, config, None, self.identity.key,
+                                           self.faults,
+                                           durable_identity=self.identity.durable)
             return
         self.location = resolve_checkpoint(config)
-        query_id = checkpoint_query_id(self.location)
+        self.identity = identity.of_checkpoint(self.location)
+        query_id = self.identity.query_id
         if query_id is None:
             raise CommitLogError(
                 f"the checkpoint {self.location} has no readable query metadata "
@@ -112,7 +120,7 @@ class FormatQuery:
         planning (before ``begun``) and its commit, renewed by its tasks and its commit
         while they run (``core.lease``). It names the driver's JVM, which lives as long
         as the query run, not this worker."""
-        if self.log is None:
+        if self.log is None or self.query_id is None:
             return None
         record = lease_record(self.query_id, None, self.config.lease_ttl_s,
                               pid=driver_pid(), batch=batch_id)
@@ -122,7 +130,7 @@ class FormatQuery:
     def release_lease(self, batch_id: int) -> None:
         """The batch is committed or aborted: nothing of the query is open until the
         next batch's planning takes the lease again."""
-        if self.log is None:
+        if self.log is None or self.query_id is None:
             return
         try:
             self.log.write_lease(lease_record(self.query_id, None, self.config.lease_ttl_s,
@@ -137,7 +145,7 @@ class FormatQuery:
         """Before the tasks of the batch being planned: recovery, the checks, ``begun``."""
         if self.config.guarantee is not Guarantee.EXACTLY_ONCE:
             return self._plan_direct(schema)
-        assert self.location is not None  # exactly-once requires it (FormatSettings)
+        assert self.location is not None and self.query_id is not None  # exactly-once
         batch_id = planned_batch(self.location)
         record = self.keep_lease(batch_id)
         assert self.log is not None and record is not None
@@ -168,7 +176,7 @@ class FormatQuery:
         files, transactions left open), as the foreachBatch route does."""
         scope = self.coordinator.scope
         self.sink.validate(schema)
-        self._sweep_direct_once()
+        self._sweep_direct_if_replayed()
         batch_id = -1  # each task takes its own (``run_task``)
         # A run number of its own per batch: a replayed batch never meets the IDs an
         # earlier, killed run committed or left claimed.
@@ -176,15 +184,19 @@ class FormatQuery:
         task = DirectTask(self.sink, scope.pool, batch_id, run, 0, scope.faults)
         return PlannedBatch(batch_id, self.query_id, None, task, self.max_partitions)
 
-    def _sweep_direct_once(self) -> None:
-        if self.location is None:
-            return  # no checkpoint: no batch to name (the tasks' IDs keep runs apart)
-        key = (self.location, self.config.name)
-        if key in _SWEPT_DIRECT:
-            return
-        self.coordinator.recovery.sweep_direct(planned_batch(self.location),
-                                               self.max_partitions)
-        _SWEPT_DIRECT.add(key)
+    def _sweep_direct_if_replayed(self) -> None:
+        """A batch planned in this process for the first time, or again (a restart of
+        the query, which Spark may plan in a Python worker it reuses): sweep what
+        earlier runs' tasks left under it."""
+        if self.location is None or self.query_id is None:
+            return  # no batch to name (the tasks' IDs keep runs apart)
+        batch = planned_batch(self.location)
+        key = (self.location, self.query_id, self.config.name)
+        last = _PLANNED_DIRECT.get(key)
+        if last is None or batch <= last:
+            refuse_unfinished_log(self.location, self.config.name)
+            self.coordinator.recovery.sweep_direct(batch, self.max_partitions)
+        _PLANNED_DIRECT[key] = batch
 
     # -- the decision and phase 2 ------------------------------------------------------
     def commit(self, batch_id: int, results: Sequence[TaskResult],
@@ -291,10 +303,15 @@ def run_task(planned: PlannedBatch, partition: int, attempt_number: int, token: 
     running = local_property(BATCH_ID_PROPERTY)
     query = local_property(QUERY_ID_PROPERTY)
     if isinstance(planned.task, DirectTask) and running is not None:
-        # At-least-once needs no plan of the batch: the task's own batch ID.
+        # At-least-once needs no plan of the batch: the task's own batch ID, and the
+        # running query's identity (the planning's, if it had one, must agree).
+        planned_identity = identity.QueryIdentity(planned.query_id, "the checkpointLocation "
+                                                  "option's metadata")
+        task_identity = planned_identity.agrees_with(identity.of_task(query))
+        pool = task_identity.pool(planned.task.pool.sink)
         planned = dataclasses.replace(
-            planned, batch_id=int(running),
-            task=dataclasses.replace(planned.task, batch_id=int(running)))
+            planned, batch_id=int(running), query_id=task_identity.query_id,
+            task=dataclasses.replace(planned.task, batch_id=int(running), pool=pool))
     if running is None or int(running) != planned.batch_id or (
             planned.run is not None and query != planned.query_id):
         raise CommitLogError(
@@ -334,8 +351,9 @@ def _bound(sink: TransactionalSink[Any], location: str, name: str) -> Transactio
 
 
 _BOUND: dict[tuple[int, str, str], tuple[TransactionalSink[Any], TransactionalSink[Any]]] = {}
-_SWEPT_DIRECT: set[tuple[str, str]] = set()
-"""(checkpoint, sink) pairs whose at-least-once leftovers this process swept."""
+_PLANNED_DIRECT: dict[tuple[str, str, str], int] = {}
+"""(checkpoint, query, sink) -> the last batch this process planned at-least-once: a
+batch planned again is a replay, whose leftovers are swept first."""
 MANY_PARTITIONS = 64
 """Above this many partitions in a batch the route warns (once per sink and process)."""
 _WARNED: set[str] = set()

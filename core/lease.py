@@ -21,6 +21,7 @@ query is gone.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import socket
@@ -146,7 +147,9 @@ class TaskRenewal:
     @contextlib.contextmanager
     def renewing(self) -> Iterator[None]:
         stop = threading.Event()
-        thread = threading.Thread(target=self._run, args=(stop,), daemon=True,
+        # In a copy of the task's context: the store locations its format carries.
+        thread = threading.Thread(target=contextvars.copy_context().run,
+                                  args=(self._run, stop), daemon=True,
                                   name="sparkeos-lease-task")
         thread.start()
         try:

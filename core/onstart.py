@@ -143,6 +143,9 @@ def _start_listener(session: Any) -> Any:
             pass
 
         def onQueryTerminated(self, event: Any) -> None:
+            # Called after query.stop() / awaitTermination() returned, and under
+            # spark.stop() only once the context stopped: too late to commit what the
+            # query decided. core.ending waits for it where the query ends.
             pass
 
     return StartListener()

@@ -12,6 +12,9 @@ on the pool's other slot. At most one batch is in flight:
 * a failure of the background phase 2 is kept and raised by the next batch (or by
   ``flush``): the query stops with it. The batch stays decided, so nothing is lost:
   the next recovery commits it.
+* the end of the query, of Spark's context or of the interpreter waits for the batch in
+  flight, from another thread than the query's (``core.ending``): two waits of one batch
+  are safe, and the failure is raised once, to whichever asks first.
 
 How the background runs is pluggable (``Starter``): a thread in production, an actor
 of the model check's scheduler there.
@@ -65,6 +68,8 @@ class CommitsInFlight:
         """The in-flight batch's participants per member: their transactions stay open
         until its phase 2 ends (a sink counts them with the next batch's)."""
         self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        """Held to forget the batch that ended, never while waiting."""
 
     @property
     def busy(self) -> frozenset[int]:
@@ -92,20 +97,26 @@ class CommitsInFlight:
         running = self._running
         if running is not None:
             running.wait()
-            self._forget()
+            self._forget(running)
         self.raise_failure()
 
     def raise_failure(self) -> None:
         """Raise the failure of a phase 2 that already ended, if any (once)."""
-        if self._running is not None:
-            if not self._running.done():
+        running = self._running
+        if running is not None:
+            if not running.done():
                 return
-            self._forget()
-        error, self._error = self._error, None
+            self._forget(running)
+        with self._lock:
+            error, self._error = self._error, None
         if error is not None:
             raise error
 
-    def _forget(self) -> None:
-        self._running = None
-        self.batch_id = None
-        self.held = {}
+    def _forget(self, running: Running) -> None:
+        """``running`` ended: nothing in flight, unless a waiter on another thread
+        already forgot it and the next batch started."""
+        with self._lock:
+            if self._running is running:
+                self._running = None
+                self.batch_id = None
+                self.held = {}

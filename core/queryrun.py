@@ -10,23 +10,27 @@ Python process) carries none of it.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 import time
 from typing import Any
 
+from . import identity
 from .commitlog import IDENTITY_PINNED, CommitLog, open_store, sink_log_location
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
-from .errors import ConfigurationError, TransactionIdCollisionError
+from .errors import CommitLogError, ConfigurationError, TransactionIdCollisionError
 from .faults import FaultPlan
 from .fsutil import require_shared_on_executors
 from .group import SinkGroup, for_checkpoint, members_of
 from .lease import LeaseKeeper
+from .observe import log_event
 from .protocol import TransactionalSink
 from .spark import (
-    checkpoint_query_id,
     default_writers,
     is_connect,
+    is_temporary_checkpoint,
     query_activity,
     query_checkpoint,
     require_durable_checkpoint,
@@ -80,23 +84,36 @@ class QueryRun:
         query_id, run_id = self.key
         faults = FaultPlan.from_env()
         if config.guarantee is not Guarantee.EXACTLY_ONCE:
-            key = query_key_for(query_id or f"adhoc:{config.name}")
-            self.coordinator = Coordinator(sink, config, None, key, faults)
+            location = config.checkpoint_location or query_checkpoint(df, query_id)
+            if location and not is_temporary_checkpoint(location):
+                refuse_unfinished_log(location, config.name,
+                                      None if is_connect(df) else df.sparkSession)
+            known = identity.of_foreach_batch(query_id, config.checkpoint_location)
+            self.coordinator = Coordinator(sink, config, None, known.key, faults,
+                                           durable_identity=known.durable)
             return self.coordinator
         connect = is_connect(df)
+        if connect and config.overlap_commits:
+            # The server ends the batch function's process when a query ends, under a
+            # background commit, and no hook reaches it: the batch would stay decided.
+            log_event("overlap.off_under_connect", logging.WARNING, sink=config.name,
+                      detail="overlap_commits needs a classic session; under Spark "
+                      "Connect each batch commits before it returns (the guarantee is "
+                      "the same)")
+            config = dataclasses.replace(config, overlap_commits=False)
         location = checkpoint_of(df, config, query_id, connect)
         # The ID Spark keeps in the checkpoint is the one a running query reports: the
-        # same query key in classic and Connect mode.
-        identity = query_id or checkpoint_query_id(location) or f"checkpoint:{location}"
+        # same query key in classic and Connect mode (core.identity).
+        query = identity.of_foreach_batch(query_id, location).require(config.name)
         log_location = sink_log_location(location, config.name)
         # Under Connect there is no JVM in this process: the commit log is reached
         # from Python (local paths and HDFS; other URIs are refused by open_store).
         log = CommitLog(open_store(log_location, None if connect else df.sparkSession))
-        claim_sink_name(run_id or identity, log.location, token, config.name)
+        claim_sink_name(run_id or query, log.location, token, config.name)
         bound = for_checkpoint(sink, location, config.name)
         check_shared_paths(df.sparkSession, bound, config)
-        self.keep_lease(log, df, config, identity)
-        key = claim_log(log, identity, bound, config.name)
+        self.keep_lease(log, df, config, query)
+        key = claim_log(log, query, bound, config.name)
         self.coordinator = Coordinator(bound, config, log, key, faults)
         return self.coordinator
 
@@ -111,6 +128,31 @@ class QueryRun:
         self.lease = LeaseKeeper(log, config.lease_ttl_s, query_id, run_id,
                                  query_activity(df, query_id, run_id))
         self.lease.start()
+
+
+def refuse_unfinished_log(location: str, name: str, session: Any = None) -> None:
+    """A query that moves to a weaker guarantee leaves its commit log alone, so what an
+    exactly-once run of it left unresolved there (a batch decided and not committed, a
+    run begun and not decided) would stay so, and the replay rule would later take the
+    weaker run's commits of the batches after it for that batch's: refused, with the
+    fix."""
+    try:
+        store = open_store(sink_log_location(location, name), session)
+    except CommitLogError:
+        return  # a store no commit log can be on: no exactly-once run wrote one there
+    log = CommitLog(store)
+    if log.read_meta() is None:
+        return
+    unresolved = sorted(s.batch_id for s in log.batches().values() if s.unresolved)
+    if unresolved:
+        raise ConfigurationError(
+            f"the commit log at {log.location} holds batch(es) {unresolved} that an "
+            "exactly-once run of this query left unresolved (decided and not committed, "
+            "or begun and not decided); under a weaker guarantee nothing would finish "
+            "them, and their rows could be lost",
+            sink=name,
+            fix="finish them first: run `sparkeos recover <checkpointLocation>`, or "
+            "restart the query once under exactly_once; then switch; nothing was written")
 
 
 def checkpoint_of(df: Any, config: CoordinatorConfig, query_id: str | None,

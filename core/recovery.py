@@ -8,13 +8,14 @@ record (``aborted``, or ``decided`` for every attempt it does not name): a task'
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .commitlog import ABORTED, FINISHED, BatchState
-from .errors import ConfigurationError, describe_cause
+from .errors import ConfigurationError, SparkStoppedError, describe_cause
 from .observe import log_event
 from .protocol import CommitLocation, Receipt
 from .scope import Scope
@@ -90,7 +91,16 @@ class Recovery:
                         and not recovering)
             commit = CommitTask(part, recovering, self.scope.faults, in_tasks)
             if runner is not None and in_tasks:
-                runner.run_in_tasks(commit, items)
+                try:
+                    runner.run_in_tasks(commit, items)
+                except SparkStoppedError:
+                    # Spark stopped under the commit (the script's end beside a batch
+                    # committing in the background): finish it here, as recovery does,
+                    # which is safe after tasks that committed some participants.
+                    log_event("batch.commit_on_driver", **self.scope.fields(state.batch_id),
+                              member=member, reason="spark_stopped")
+                    self.commit_on_driver(CommitTask(part, True, self.scope.faults), items,
+                                          state.batch_id, first)
             else:
                 # In this process: sinks that commit on the driver, and sinks that commit
                 # in tasks when there is no Spark at hand (`sparkeos recover`, the format
@@ -124,8 +134,11 @@ class Recovery:
                 for item in rest:
                     commit(item)
             else:
+                # Each commit runs in a copy of this thread's context: what the caller
+                # set there (the store locations a format carries) is its threads' too.
+                caller = contextvars.copy_context()
                 with ThreadPoolExecutor(workers, thread_name_prefix="sparkeos-commit") as ex:
-                    list(ex.map(commit, rest))
+                    list(ex.map(lambda item: caller.copy().run(commit, item), rest))
 
     def abort_run(self, state: BatchState, run: int, cause: BaseException) -> None:
         log_event("batch.aborting", **self.scope.fields(state.batch_id), run=run,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, SparkStoppedError
 from .tasks import TaskAttempt, TaskFunction, TaskResult
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -182,10 +182,20 @@ class SparkBatchRunner:
 
 
 def run_in_tasks(session: Any, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-    """``fn`` of each item, one Spark task per item, in classic mode and under Connect."""
+    """``fn`` of each item, one Spark task per item, in classic mode and under Connect.
+    ``SparkStoppedError`` when the session's context stopped before or under the job."""
     if not is_connect(session):
-        sc = session.sparkContext
-        return list(sc.parallelize(list(items), len(items)).map(fn).collect())
+        try:
+            sc = session.sparkContext
+            return list(sc.parallelize(list(items), len(items)).map(fn).collect())
+        except Exception as exc:
+            if not context_stopped(session):
+                raise
+            raise SparkStoppedError(
+                f"Spark's context stopped (spark.stop(), or the application ended) before "
+                f"{len(items)} tasks of this driver could all run", fix="stop the queries "
+                "(query.stop()) before the session; a decided batch is finished by the "
+                "driver's process, other work by the query's restart") from exc
     # No parallelize under Connect: one task per item over a range, the item taken
     # from the function's own copy of the list.
     work = list(items)
@@ -200,6 +210,20 @@ def run_in_tasks(session: Any, fn: Callable[[Any], Any], items: Sequence[Any]) -
     rows = (session.range(0, len(work), 1, len(work))
             .mapInArrow(run_range, "index long, result binary").collect())
     return [pickle.loads(row["result"]) for row in sorted(rows, key=lambda r: r["index"])]
+
+
+def context_stopped(session: Any) -> bool:
+    """Whether the SparkContext of a classic session stopped, from Python or in the JVM
+    (never under Spark Connect, which has none here)."""
+    if is_connect(session):
+        return False
+    jsc = getattr(session.sparkContext, "_jsc", None)
+    if jsc is None:  # stopped through pyspark
+        return True
+    try:
+        return bool(jsc.sc().isStopped())
+    except Exception:  # the JVM itself is gone
+        return True
 
 
 def runs_on_one_host(session: Any) -> bool:

@@ -163,6 +163,8 @@ class DirectTask:
         written = _write_transaction(self.sink, txn, batches, lambda: self.faults.mid_write(
             self.batch_id, partition, attempt.attempt_number))
         receipt = self.sink.prepare(written.handle)
+        self.faults.task("task_fail_after_prepare", self.batch_id, partition,
+                         attempt.attempt_number)
         self.sink.commit(txn, receipt)
         self.faults.direct_committed(self.batch_id, partition)
         return {"partition": partition, "rows": written.count,

@@ -66,6 +66,10 @@ class Transaction:
     slot: int
     run: int
     tag: int
+    durable_identity: bool = True
+    """The query key is the query's durable identity (``core.identity``). False: a key
+    of this query run only, so nothing on record under any key is known to be this
+    query's, and the replay rule never skips (``core.replay``)."""
 
     @property
     def attempt(self) -> str:
@@ -117,6 +121,8 @@ class AttemptRange:
 class TransactionPool:
     query_key: str
     sink: str
+    durable_identity: bool = True
+    """See ``Transaction.durable_identity``."""
 
     def __post_init__(self) -> None:
         validate_sink_name(self.sink)
@@ -148,6 +154,7 @@ class TransactionPool:
             slot=slot,
             run=run,
             tag=tag,
+            durable_identity=self.durable_identity,
         )
 
     def parse(self, txn_id: str) -> Transaction | None:

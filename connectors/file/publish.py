@@ -16,7 +16,9 @@ import socket
 
 from sparkeos.core.errors import ConfigurationError, DataLossError
 from sparkeos.core.files import Files
+from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Receipt, Transaction
+from sparkeos.core.replay import OnRecord, committed_before
 from sparkeos.core.steps import commit_step
 
 
@@ -38,7 +40,7 @@ def publish(files: Files, txn: Transaction, receipt: Receipt, staging: str, root
 
 def _publish_one(files: Files, txn: Transaction, receipt: Receipt, staged: str, final: str,
                  fsync: bool, in_partition: bool) -> None:
-    if files.exists(final):
+    if _committed_before(files, txn, receipt, final):
         return
     commit_step("checked", txn)
     directory = posixpath.dirname(final)
@@ -59,6 +61,14 @@ def _publish_one(files: Files, txn: Transaction, receipt: Receipt, staged: str, 
     if fsync:
         files.make_durable(directory)
     commit_step("published", txn)
+
+
+def _committed_before(files: Files, txn: Transaction, receipt: Receipt, final: str) -> bool:
+    """A final file of this name is the record that this (batch, partition) committed
+    these rows: its name carries their fingerprint (``core.replay``)."""
+    written = Written.from_json(receipt.get("written"))
+    on_record = OnRecord.of_batch(txn.batch_id, [written] if files.exists(final) else [])
+    return committed_before(txn, written, on_record)
 
 
 def _staged_file_gone(files: Files, txn: Transaction, receipt: Receipt, staged: str,

@@ -39,9 +39,10 @@ class PostgresConfig:
     ``order_by``: for ``mode="upsert"``, the column(s) deciding which row of a key
     repeated within one batch is written (the greatest wins; equal values: any one of
     them). Without it a repeated key refuses the batch (``DataRejectedError``).
-    ``commit_in_task``: for ``mode="upsert"``: None (default) chooses by the guarantee
-    (exactly-once: stage, then apply on the driver; otherwise each task commits its
-    upsert at once); True always commits in the task (at-least-once only).
+    ``commit_in_task``: None (default) chooses by the guarantee: exactly-once prepares
+    (appends) or stages (upserts) in the task and commits on the driver; otherwise each
+    task commits its own transaction at once, never a prepared one. True always commits
+    in the task (at-least-once only).
     ``create_table``: create the table from the DataFrame's schema when it is missing.
     ``columns``: DataFrame column -> table column, for names that differ.
     ``marker_table``: bookkeeping table of committed (query, sink, batch, partition).
@@ -82,9 +83,21 @@ class PostgresConfig:
 
     # -- the write path the mode takes ----------------------------------------------------
     @property
+    def appends(self) -> bool:
+        """Append rows, with the attempt's marker row in the same transaction."""
+        return self.mode == "transactional"
+
+    @property
     def prepared_appends(self) -> bool:
         """Append in prepared transactions, committed by gid on the driver."""
-        return self.mode == "transactional"
+        return self.appends and self.commit_in_task is not True
+
+    @property
+    def direct_appends(self) -> bool:
+        """At-least-once append: each task COMMITs its rows and marker row at once (a
+        prepared transaction of a task that dies before its COMMIT PREPARED would hold
+        a slot of ``max_prepared_transactions`` and its row locks until a sweep)."""
+        return self.appends and self.commit_in_task is True
 
     @property
     def staged_upserts(self) -> bool:
@@ -188,10 +201,9 @@ def _checked_order_by(order_by: Sequence[str] | str | None, mode: str,
 
 
 def _check_upsert(mode: str, commit_in_task: Any, key: tuple[str, ...] | None) -> None:
-    if commit_in_task not in (None, True, False) or (
-            commit_in_task is not None and mode != "upsert"):
-        raise ConfigurationError(f"commit_in_task={commit_in_task!r} needs "
-                                 "mode='upsert' and None, True or False")
+    if commit_in_task not in (None, True, False):
+        raise ConfigurationError(f"commit_in_task={commit_in_task!r} must be None, True "
+                                 "or False", fix="leave it None: the guarantee chooses")
     if mode == "upsert" and not key:
         raise ConfigurationError(
             "mode='upsert' needs key columns (the ON CONFLICT target)",

@@ -12,6 +12,12 @@ attempt has its own gid, the attempt's transaction ID::
              batch, partition, gid, rows, fingerprint) and PREPARE TRANSACTION
              '<gid>'; the receipt carries rows and the xid
 
+Under ``at_least_once`` (and ``none``) each task COMMITs its rows with its marker row at
+once instead of preparing them (``commit_in_task``): a task killed mid-write leaves
+nothing behind (PostgreSQL rolls back the transaction of a closed session), so no
+prepared transaction of a dead attempt piles up towards ``max_prepared_transactions`` or
+holds row locks its retry would wait on, and ``max_prepared_transactions`` may be 0.
+
 Phase 2, on the driver: ``COMMIT PREPARED '<gid>'`` for the attempt ``decided(N)``
 names, after checking in ``pg_prepared_xacts`` that it is the transaction the receipt
 names (same xid). PostgreSQL answers "does not exist" both for a committed gid and for
@@ -96,7 +102,7 @@ class PostgresSink(PostgresConfig, TransactionalSink[PgTransaction]):
     # -- what the coordinator reads -------------------------------------------------------
     @property  # a property: the guarantee depends on the mode
     def guarantees(self) -> frozenset[Guarantee]:  # type: ignore[override]
-        if self.plain_upserts:
+        if self.commit_in_task is True:
             return frozenset({Guarantee.AT_LEAST_ONCE, Guarantee.NONE})
         return frozenset(Guarantee)
 
@@ -104,10 +110,10 @@ class PostgresSink(PostgresConfig, TransactionalSink[PgTransaction]):
     def commit_steps(self) -> tuple[str, ...]:  # type: ignore[override]
         if self.staged_upserts:
             return ("claimed", "applied")
-        return () if self.plain_upserts else ("looked_up", "committed")
+        return () if self.commit_in_task is True else ("looked_up", "committed")
 
     def for_guarantee(self, guarantee: Guarantee) -> PostgresSink:
-        if self.mode == "upsert" and self.commit_in_task is None:
+        if self.commit_in_task is None:
             return dataclasses.replace(
                 self, commit_in_task=guarantee is not Guarantee.EXACTLY_ONCE)
         return self
@@ -158,13 +164,14 @@ class PostgresSink(PostgresConfig, TransactionalSink[PgTransaction]):
 
     # -- phase 2 and recovery -----------------------------------------------------------------
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
-        if self.plain_upserts or receipt.get("committed"):
-            return  # committed by the task itself
-        if receipt.get("skipped"):
-            # The attempt found its (batch, partition) committed by another (a replay
-            # under at_least_once): it wrote nothing, there is nothing to commit.
-            return
-        if not self.staged_upserts:
+        if self.plain_upserts:
+            return  # committed by the task itself, without marker rows
+        if receipt.get("committed") or receipt.get("skipped"):
+            # Committed by the task itself (at-least-once appends), or the attempt found
+            # its (batch, partition) committed by another (a replay under
+            # at_least_once) and wrote nothing: there is nothing to commit.
+            pass
+        elif not self.staged_upserts:
             commit.commit_prepared(self, txn, receipt)
         elif receipt.get("staged"):
             commit.apply_stage(self, txn, receipt)

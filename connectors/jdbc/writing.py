@@ -6,9 +6,9 @@ upserts, and fingerprints it (``core.fingerprint``). ``finish`` ends phase 1: it
 the markers of the attempt's (batch, partition); if an earlier transaction committed
 exactly these rows there (a replay of a batch partitioned as before) it rolls back and
 writes nothing (``core.replay``); otherwise PREPARE TRANSACTION with the attempt's
-marker row (appends), COMMIT of the stage (exactly-once upserts) or of the upsert itself
-(at-least-once upserts), and returns the receipt. ``abort`` ends only this attempt's own
-session or prepared transaction.
+marker row (appends), COMMIT with the marker row (at-least-once appends), COMMIT of the
+stage (exactly-once upserts) or of the upsert itself (at-least-once upserts), and returns
+the receipt. ``abort`` ends only this attempt's own session or prepared transaction.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction
-from sparkeos.core.replay import REPLAY_KEY, Replay
+from sparkeos.core.replay import REPLAY_KEY, OnRecord, Replay, replay
 
 from . import arrowpg, markers, prepared, upsert
 from .config import PostgresConfig
@@ -134,9 +134,9 @@ def finish(config: PostgresConfig, handle: PgTransaction) -> Receipt:
                 handle.conn.cursor() as cur:
             if not config.plain_upserts:
                 replay = _replay(config, cur, handle)
-                if replay.same:
+                if replay.skip:
                     return _skip(config, cur, handle, replay)
-            if config.prepared_appends:
+            if config.appends:
                 markers.insert(cur, config.ident(config.marker_table), handle.txn,
                                handle.fingerprint.written())
             _end_transaction(config, cur, handle)
@@ -151,11 +151,13 @@ def finish(config: PostgresConfig, handle: PgTransaction) -> Receipt:
     handle.conn = None
     if config.plain_upserts:
         return {"mode": "upsert", "rows": handle.rows, "committed": True}
-    met = {REPLAY_KEY: replay.receipt()} if replay and replay.met_earlier_commit else {}
+    met = replay.receipt_fields() if replay else {}
     if config.staged_upserts:
         return {"rows": handle.rows, "staged": handle.staged,
                 "columns": list(handle.columns or ()),
                 "written": handle.fingerprint.written().as_json(), **met}
+    if config.direct_appends:
+        return {"gid": handle.gid, "rows": handle.rows, "committed": True, **met}
     return {"gid": handle.gid, "rows": handle.rows, "xid": handle.xid, **met}
 
 
@@ -163,7 +165,8 @@ def _replay(config: PostgresConfig, cur: Any, handle: PgTransaction) -> Replay:
     """What this attempt wrote against what committed transactions wrote for its (batch,
     partition), read in its own transaction."""
     recorded = markers.recorded(cur, config.ident(config.marker_table), handle.txn)
-    return Replay.of(handle.fingerprint.written(), recorded)
+    return replay(handle.txn, handle.fingerprint.written(),
+                  OnRecord.of_batch(handle.txn.batch_id, recorded))
 
 
 def _skip(config: PostgresConfig, cur: Any, handle: PgTransaction, replay: Replay) -> Receipt:

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Receipt, Transaction
-from sparkeos.core.replay import REPLAY_KEY, Replay
+from sparkeos.core.replay import replay
 
 from . import clients, markers, producers
 from .config import KafkaConfig
@@ -52,13 +52,12 @@ def finish(config: KafkaConfig, producer: Any, txn: Transaction, marker: markers
            written: Written) -> Receipt:
     """Commit the task's records with the marker, unless the same rows were committed
     for this (batch, partition) before: then abort them. The producer is closed."""
-    replay = Replay.of(written, [marker.written] if marker.batch == txn.batch_id else [])
-    met = {REPLAY_KEY: replay.receipt()} if replay.met_earlier_commit else {}
-    if replay.same or marker.batch > txn.batch_id:
+    met = replay(txn, written, marker.on_record())
+    if met.skip:
         abort(config, producer)
-        return {"mode": "direct", "rows": 0, "skipped": True, **met}
+        return {"mode": "direct", "rows": 0, "skipped": True, **met.receipt_fields()}
     commit(config, producer, txn, written)
-    return {"mode": "direct", "rows": written.rows, "skipped": False, **met}
+    return {"mode": "direct", "rows": written.rows, "skipped": False, **met.receipt_fields()}
 
 
 def commit(config: KafkaConfig, producer: Any, txn: Transaction, written: Written) -> None:

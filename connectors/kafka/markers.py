@@ -32,6 +32,7 @@ from typing import Any
 from sparkeos.core.errors import RetriableError
 from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Transaction
+from sparkeos.core.replay import OnRecord
 
 from . import clients
 from .config import KafkaConfig
@@ -66,6 +67,12 @@ class Marker:
 
     batch: int
     written: Written | None = None
+    txn_id: str | None = None
+    """The attempt that committed it (recorded since sparkeos names it; None before)."""
+
+    def on_record(self) -> OnRecord:
+        """The marker as the replay rule reads it (``core.replay``)."""
+        return OnRecord.last_batch(self.batch, self.written, self.txn_id)
 
 
 NO_MARKER = Marker(-1)
@@ -102,15 +109,19 @@ def committed_marker(config: KafkaConfig, txn: Transaction, phase: str,
         raise failed(config, RuntimeError(str(part.error)), txn, phase, "marker read")
     offset = int(part.offset)
     if offset >= 0:
-        return Marker(offset - 1, _written(part.metadata))
+        return Marker(offset - 1, *_recorded(part.metadata))
     return progress_marker(config, txn, phase) if recovering else NO_MARKER
 
 
-def _written(metadata: Any) -> Written | None:
+def _recorded(metadata: Any) -> tuple[Written | None, str | None]:
+    """What a marker's metadata records: what was written, and by which attempt."""
     try:
-        return Written.from_json(json.loads(metadata)) if metadata else None
+        value = json.loads(metadata) if metadata else None
     except (TypeError, ValueError):
-        return None
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    return Written.from_json(value), (str(value["txn"]) if value.get("txn") else None)
 
 
 def progress_batch(config: KafkaConfig, txn: Transaction, phase: str) -> int:
@@ -134,7 +145,7 @@ def progress_marker(config: KafkaConfig, txn: Transaction, phase: str) -> Marker
         batch = int(value["batch"])
         written = Written.from_json(value)
         if batch > last.batch or (batch == last.batch and written is not None):
-            last = Marker(batch, written)
+            last = Marker(batch, written, str(value["txn"]) if value.get("txn") else None)
     return last
 
 
@@ -161,10 +172,11 @@ def commit_with_marker(config: KafkaConfig, producer: Any, txn: Transaction,
     consumer = clients.marker_consumer(config.client_config(), group)
     # The progress record: the marker that never expires (a compacted topic keeps the
     # last record per participant), in the same transaction as the records.
-    value = {"batch": txn.batch_id, **(written.as_json() if written else {})}
+    recorded = {**(written.as_json() if written else {}), "txn": txn.txn_id}
+    value = {"batch": txn.batch_id, **recorded}
     producer.produce(config.marker_topic, json.dumps(value).encode(), group.encode(),
                      partition=0)
-    metadata = json.dumps(written.as_json()) if written else ""
+    metadata = json.dumps(recorded)
     marker = [TopicPartition(config.marker_topic, 0, txn.batch_id + 1, metadata=metadata)]
     retrying(config.timeout_s, lambda: producer.send_offsets_to_transaction(
         marker, consumer.consumer_group_metadata(), config.timeout_s))

@@ -14,7 +14,6 @@ over with a fresh producer, a few times within the transaction timeout.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -22,8 +21,8 @@ import pyarrow as pa
 
 from sparkeos.core.errors import SparkEOSError
 from sparkeos.core.fingerprint import Written
-from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction
+from sparkeos.core.replay import committed_before
 from sparkeos.core.steps import commit_step
 
 from . import clients, markers, producers, staged
@@ -65,7 +64,7 @@ def publish(config: KafkaConfig, txn: Transaction, receipt: Receipt, recovering:
         commit_step("initialised", txn)
         written = Written.from_json(receipt.get("written"))
         marker = markers.committed_marker(config, txn, PHASE2, recovering)
-        if committed_before(txn, marker, written):
+        if committed_before(txn, written, marker.on_record()):
             return  # committed before (an earlier attempt or run): idempotent
         commit_step("checked", txn)
         path = staged.staged_path(config, txn, receipt)
@@ -87,25 +86,6 @@ def publish(config: KafkaConfig, txn: Transaction, receipt: Receipt, recovering:
         raise original from None
     finally:
         clients.close_quietly(producer)
-
-
-def committed_before(txn: Transaction, marker: markers.Marker,
-                     written: Written | None) -> bool:
-    """Whether the participant's marker shows this decided transaction committed: a
-    later batch, or batch N with the same rows (a twin commit, a retried call, an
-    earlier run). Batch N with other rows was an at-least-once run's commit (the query
-    moved to exactly-once over a batch it had half written): reported, and the decided
-    rows are published as well (rows both hold are duplicated, none lost)."""
-    if marker.batch != txn.batch_id:
-        return marker.batch > txn.batch_id
-    if written is None or written.same_as(marker.written):
-        return True  # a receipt from before fingerprints: the marker is all there is
-    log_event("replay.nondeterministic", logging.WARNING, sink=txn.sink,
-              batch=txn.batch_id, participant=txn.partition, rows=written.rows,
-              recorded_rows=None if marker.written is None else marker.written.rows,
-              detail="batch committed before with other rows (an at-least-once run): "
-              "the decided rows are published too")
-    return False
 
 
 def _produce_staged(config: KafkaConfig, producer: Any, txn: Transaction, receipt: Receipt,

@@ -22,6 +22,7 @@ import pyarrow as pa
 from sparkeos.core.errors import DataLossError
 from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Receipt, Transaction
+from sparkeos.core.replay import committed_before
 from sparkeos.core.staging import CHECKPOINT_STAGING as CHECKPOINT_STAGING
 from sparkeos.core.staging import StagingArea, default_dir
 from sparkeos.core.staging import checkpoint_staging_dir as checkpoint_staging_dir
@@ -102,9 +103,7 @@ def staged_path(config: KafkaConfig, txn: Transaction, receipt: Receipt) -> str 
     if path is not None:
         return path
     marker = markers.committed_marker(config, txn, PHASE2, recovering=True)
-    written = Written.from_json(receipt.get("written"))
-    if marker.batch > txn.batch_id or (marker.batch == txn.batch_id and (
-            written is None or written.same_as(marker.written))):
+    if committed_before(txn, Written.from_json(receipt.get("written")), marker.on_record()):
         return None
     path = staging.files.uri(posixpath.join(staging.path, str(receipt["file"])))
     raise DataLossError(

@@ -19,6 +19,7 @@ import uuid
 
 from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Transaction
+from sparkeos.core.replay import OnRecord, committed_before
 from sparkeos.core.staging import StagingArea
 
 PUBLISHED_DIR = "published"
@@ -35,22 +36,25 @@ def published_batch(staging: StagingArea, txn: Transaction) -> int:
 
 def published_record(staging: StagingArea, txn: Transaction) -> tuple[int, Written | None]:
     """The last batch published for the participant (-1 if none) and what was sent."""
+    on = on_record(staging, txn)
+    return on.batch, next(iter(on.written), None)
+
+
+def on_record(staging: StagingArea, txn: Transaction) -> OnRecord:
+    """The participant's PUBLISHED record as the replay rule reads it: the batch, what
+    was sent and the attempt that sent it."""
     try:
         record = json.loads(staging.files.read(_record(staging, txn)))
-        return int(record["batch"]), Written.from_json(record)
+        return OnRecord.last_batch(int(record["batch"]), Written.from_json(record),
+                                   str(record.get("txn") or "") or None)
     except (FileNotFoundError, ValueError, KeyError):
-        return -1, None
+        return OnRecord.nothing()
 
 
-def is_published(staging: StagingArea, txn: Transaction, written: Written | None = None
-                 ) -> bool:
-    """The transaction's batch was published with these rows (``written``; None: any),
-    or a later batch of its participant was. Batch N published with other rows (by an
-    earlier at-least-once run, before a replay partitioned otherwise) is not."""
-    batch, sent = published_record(staging, txn)
-    if batch != txn.batch_id:
-        return batch > txn.batch_id
-    return written is None or written.same_as(sent)
+def is_published(staging: StagingArea, txn: Transaction, written: Written | None) -> bool:
+    """The decided transaction's batch was published with these rows, or a later batch
+    of its participant was (``core.replay.committed_before``)."""
+    return committed_before(txn, written, on_record(staging, txn))
 
 
 def mark_published(staging: StagingArea, txn: Transaction, fsync: bool,

@@ -76,6 +76,7 @@ from .staging import (
     StagedAttempt,
     default_staging_dir,
     has_staged,
+    ids_by_content,
     staged_path,
     staging_area,
 )
@@ -238,10 +239,11 @@ class StompSink(TransactionalSink[StagedAttempt]):
         path = staged_path(self.staging, txn, receipt)
         messages = publish.frames(self.staging, path, self.destination,
                                   publish.fixed_headers(self.headers, self.destination_type),
-                                  self.id_header, publish.message_id_stem(txn, written))
+                                  self.id_header, publish.message_id_stem(txn, written),
+                                  ids_by_content(receipt))
         publish.publish(self.client, txn, messages)
 
-    def _published(self, txn: Transaction, written: Written | None = None) -> bool:
+    def _published(self, txn: Transaction, written: Written | None) -> bool:
         """Published before with these rows (a retried commit, a twin, a replay of the
         same partition); a record of other rows for this (batch, partition), left by an
         at-least-once run, does not count (``core.replay``)."""
@@ -262,7 +264,7 @@ class StompSink(TransactionalSink[StagedAttempt]):
     def probe(self, txn: Transaction) -> TxnState:
         if has_staged(self.staging, txn):
             return TxnState.PREPARED
-        if self._published(txn):
+        if published.published_batch(self.staging, txn) >= txn.batch_id:
             return TxnState.COMMITTED
         if self.staging.is_claimed(txn):
             return TxnState.OPEN

@@ -27,6 +27,12 @@ from . import errors
 
 STAGED_FILE = "records.arrow"
 STAGING_ENV = "SPARKEOS_STOMP_STAGING_DIR"
+MESSAGE_IDS = "message_ids"
+"""The receipt field that says how the participant's duplicate IDs are made:
+``"content"`` (each message's own content and its occurrence, ``publish.frames``);
+absent in receipts of an earlier sparkeos, whose messages were numbered by position (a
+batch of theirs decided before an upgrade is finished with the IDs it began with)."""
+BY_CONTENT = "content"
 
 StagedMessage = tuple[str, bytes | None, dict[str, str] | None]
 
@@ -87,7 +93,7 @@ class StagedAttempt:
         relative = staging.seal(self.directory, STAGED_FILE, str(self.written), fsync)
         return {"file": relative, "rows": self.rows,
                 "destinations": self.destinations, "host": socket.gethostname(),
-                "written": self.content.written().as_json()}
+                "written": self.content.written().as_json(), MESSAGE_IDS: BY_CONTENT}
 
     def discard(self, staging: StagingArea) -> None:
         for closable in (self.writer, self.file):
@@ -95,6 +101,11 @@ class StagedAttempt:
                 with contextlib.suppress(Exception):
                     closable.close()
         staging.discard(self.directory, self.written)
+
+
+def ids_by_content(receipt: Receipt) -> bool:
+    """Whether the receipt's messages get IDs by content (``publish.frames``)."""
+    return receipt.get(MESSAGE_IDS) == BY_CONTENT
 
 
 def staged_path(staging: StagingArea, txn: Transaction, receipt: Receipt) -> str:

@@ -18,10 +18,13 @@ account with a hierarchical namespace the Blob API's conditional writes work the
 Credentials are read in each process, never part of this object:
 ``AZURE_STORAGE_CONNECTION_STRING`` (for the account it names), else
 ``AZURE_STORAGE_KEY``, else ``AZURE_STORAGE_SAS_TOKEN``, else azure-identity's
-``DefaultAzureCredential`` if installed. The endpoint comes from the connection
-string's ``BlobEndpoint`` for its account (Azurite: ``http://127.0.0.1:10000/
-devstoreaccount1``), else from the URI's host; it is resolved on the driver and travels
-with the object to the tasks.
+``DefaultAzureCredential`` if installed (a process keeps one client per endpoint and
+``AZURE_*`` environment). The endpoint comes from the connection string's
+``BlobEndpoint`` for its account (Azurite: ``http://127.0.0.1:10000/devstoreaccount1``),
+else from the URI's host; it is resolved on the driver and travels with the object to
+the tasks. No Hadoop setting is read: the ABFS connector's per-account settings
+(``fs.azure.account.key.<account>.dfs.core.windows.net``...) are credentials and
+authentication, and its endpoint is the URI's host, as here.
 """
 
 from __future__ import annotations
@@ -30,12 +33,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..errors import ConfigurationError, RetriableError
 from ..locations import Location
-from .writeonce import MIB, ObjectStoreFiles, StoreConflict, key_of
+from .writeonce import MIB, ObjectStoreFiles, StoreConflict, environment_identity, key_of
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 KEY_ENV = "AZURE_STORAGE_KEY"
@@ -43,12 +46,13 @@ SAS_ENV = "AZURE_STORAGE_SAS_TOKEN"
 WRITER_META = "sparkeoswriter"
 TIMEOUT_S = 60
 COPY_WAIT_S = 600.0
+CREDENTIAL_ENVS = ("AZURE_",)
 RETRY_BACKOFF_S = 0.5
 """The client's wait between tries of one request (the SDK's default is 15 s, then
 more): a lost reply or a reset costs one retry, and ``_create_once`` retries past
 these."""
 
-_clients: dict[tuple[str, str, int, int, int, float], Any] = {}
+_clients: dict[tuple[str, str, int, int, int, float, str], Any] = {}
 _lock = threading.Lock()
 
 
@@ -68,6 +72,8 @@ class AzureBlobFiles(ObjectStoreFiles):
     retries: int = 5
     """Tries the client makes of one request after the first, ``RETRY_BACKOFF_S``
     apart."""
+    endpoint_from: str = field(default="", compare=False)
+    """Where ``endpoint`` came from, for messages."""
 
     @classmethod
     def from_location(cls, location: str, parsed: Location) -> AzureBlobFiles:
@@ -78,10 +84,14 @@ class AzureBlobFiles(ObjectStoreFiles):
                 fix=f"write {parsed.scheme}://<container>@<account>.dfs.core.windows.net/path")
         account = host.split(".", 1)[0]
         endpoint = _connection_string_endpoint(account)
+        source = f"{CONNECTION_STRING_ENV} (account {account})"
         if endpoint is None:
             suffix = host.split(".", 2)[2] if host.count(".") >= 2 else "core.windows.net"
             endpoint = f"https://{account}.blob.{suffix}"
-        return cls(parsed.scheme, container, host, endpoint.rstrip("/"))
+            source = f"the URI's host {host} ({CONNECTION_STRING_ENV} names no account " \
+                     f"{account})"
+        return cls(parsed.scheme, container, host, endpoint.rstrip("/"),
+                   endpoint_from=source)
 
     @property
     def account(self) -> str:
@@ -93,10 +103,24 @@ class AzureBlobFiles(ObjectStoreFiles):
     def where(self) -> str:
         return f"{self.scheme}://{self.container}@{self.host} at {self.endpoint}"
 
+    def credentials_identity(self) -> str:
+        return environment_identity(CREDENTIAL_ENVS)
+
+    def endpoint_origin(self) -> str:
+        """Where the endpoint came from, for messages."""
+        return f"the endpoint {self.endpoint} came from {self.endpoint_from or 'the URI'}"
+
+    def endpoint_fix(self) -> str:
+        return (f"start the store, or give its endpoint: {CONNECTION_STRING_ENV} with "
+                f"AccountName={self.account} and BlobEndpoint=<url> in the driver's and "
+                "the executors' environment (Azure's endpoint is no Spark setting: "
+                "format options and sparkeos.register(spark) do not change it), or check "
+                "the URI's account and host")
+
     # -- the client ----------------------------------------------------------------------------
     def _container(self) -> Any:
         key = (self.endpoint, self.container, self.multipart_threshold, self.part_size,
-               self.retries, RETRY_BACKOFF_S)
+               self.retries, RETRY_BACKOFF_S, self.credentials_identity())
         with _lock:
             client = _clients.get(key)
             if client is None:
@@ -129,8 +153,8 @@ class AzureBlobFiles(ObjectStoreFiles):
                 "read, write, list and delete rights on the container") from None
         except (az.ServiceRequestError, az.ServiceResponseError) as exc:
             raise RetriableError(
-                f"{self.where()} cannot be reached ({what} {self.uri(path)}): {exc}",
-                fix="retried with the batch; check the account's endpoint") from None
+                f"{self.where()} cannot be reached ({what} {self.uri(path)}): {exc}; "
+                f"{self.endpoint_origin()}", fix=self.endpoint_fix()) from None
         except az.HttpResponseError as exc:
             status = exc.status_code or 0
             if status >= 500 or status == 429:

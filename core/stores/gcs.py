@@ -12,10 +12,12 @@ through the process to a conditional create.
 
 Credentials come from Google's Application Default Credentials (``GOOGLE_APPLICATION_
 CREDENTIALS``, the metadata server, ``gcloud auth application-default login``): never
-part of this object. The endpoint (``STORAGE_EMULATOR_HOST``, the variable Google's
-clients read for an emulator, else ``spark.hadoop.fs.gs.storage.root.url`` as
+part of this object (a process keeps one client per endpoint and ``GOOGLE_*``
+environment). The endpoint (``STORAGE_EMULATOR_HOST``, the variable Google's clients
+read for an emulator, else ``spark.hadoop.fs.gs.storage.root.url`` as
 ``core.stores.settings`` finds it; unset: Google's) is resolved on the driver and
-travels with the object to the tasks. With an emulator endpoint and no credentials
+travels with the object to the tasks, with the name of the setting it came from. The
+GCS connector has no per-bucket settings. With an emulator endpoint and no credentials
 file the client signs nothing (the emulators take anonymous requests).
 """
 
@@ -24,21 +26,30 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..errors import ConfigurationError, RetriableError
-from .settings import hadoop_setting
-from .writeonce import MIB, ObjectStoreFiles, StoreConflict, UploadLost, key_of
+from .settings import carry_fix, find_setting
+from .writeonce import (
+    MIB,
+    ObjectStoreFiles,
+    StoreConflict,
+    UploadLost,
+    environment_identity,
+    key_of,
+)
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+ROOT_URL = "fs.gs.storage.root.url"
+CREDENTIAL_ENVS = ("GOOGLE_", "CLOUDSDK_")
 WRITER_META = "sparkeos-writer"
 TIMEOUT_S = 60.0
 RETRY_FIRST_S = 0.2
 """The client's first wait before it tries a request again (the library's is 1 s): a
 lost reply or a reset costs one retry, and the next ones back off to 30 s."""
 
-_clients: dict[str | None, Any] = {}
+_clients: dict[tuple[str | None, str], Any] = {}
 _lock = threading.Lock()
 
 
@@ -56,14 +67,19 @@ class GcsFiles(ObjectStoreFiles):
     """A multiple of 256 KiB (the service's rule for chunks)."""
     retry_s: float = 120.0
     """How long the client retries one request (a reset, 429, 5xx) before it gives up."""
+    endpoint_from: str = field(default="", compare=False)
+    """The setting ``endpoint`` came from; empty: none, Google's own."""
 
     @classmethod
     def from_environment(cls, scheme: str, bucket: str) -> GcsFiles:
-        endpoint = (os.environ.get(EMULATOR_ENV)
-                    or hadoop_setting("fs.gs.storage.root.url"))
+        endpoint, source = os.environ.get(EMULATOR_ENV), EMULATOR_ENV
+        if not endpoint:
+            found = find_setting(ROOT_URL)
+            endpoint, source = (found.value, found.describe()) if found else (None, "")
         if endpoint and "://" not in endpoint:
             endpoint = f"http://{endpoint}"
-        return cls(scheme, bucket, endpoint.rstrip("/") if endpoint else None)
+        return cls(scheme, bucket, endpoint.rstrip("/") if endpoint else None,
+                   endpoint_from=source)
 
     def uri(self, path: str) -> str:
         return f"{self.scheme}://{self.bucket}{path}"
@@ -71,12 +87,28 @@ class GcsFiles(ObjectStoreFiles):
     def where(self) -> str:
         return f"{self.scheme}://{self.bucket} at {self.endpoint or 'Google Cloud Storage'}"
 
+    def credentials_identity(self) -> str:
+        return environment_identity(CREDENTIAL_ENVS)
+
+    def endpoint_origin(self) -> str:
+        """Where the endpoint came from, for messages."""
+        if self.endpoint_from:
+            return f"the endpoint {self.endpoint} came from {self.endpoint_from}"
+        return (f"no endpoint setting reached this process ({EMULATOR_ENV}, "
+                f"spark.hadoop.{ROOT_URL}), so it used Google Cloud Storage's own")
+
+    def endpoint_fix(self) -> str:
+        return ("start the store, or point sparkeos at it: " + carry_fix([ROOT_URL])
+                + f"; or set {EMULATOR_ENV} in the driver's and the executors' "
+                "environment (it comes first)")
+
     # -- the client ----------------------------------------------------------------------------
     def _bucket(self) -> Any:
+        key = (self.endpoint, self.credentials_identity())
         with _lock:
-            client = _clients.get(self.endpoint)
+            client = _clients.get(key)
             if client is None:
-                client = _clients[self.endpoint] = _new_client(self.endpoint)
+                client = _clients[key] = _new_client(self.endpoint)
         return client.bucket(self.bucket)
 
     def _call(self, what: str, path: str, call: Callable[[], Any], *,
@@ -108,15 +140,27 @@ class GcsFiles(ObjectStoreFiles):
                 "delete on the bucket (roles/storage.objectAdmin)") from None
         except DefaultCredentialsError:
             raise ConfigurationError(
-                f"no credentials for {self.where()}",
+                f"no credentials for {self.where()} ({self.endpoint_origin()})",
                 fix="set GOOGLE_APPLICATION_CREDENTIALS in the driver's and the executors' "
-                "environment (or run where the metadata server gives them)") from None
-        except (api.TooManyRequests, api.ServerError, api.RetryError,
-                RequestException, TransportError, ConnectionError) as exc:
+                "environment (or run where the metadata server gives them); if the store "
+                "is an emulator: " + self.endpoint_fix()) from None
+        except (RequestException, TransportError, ConnectionError) as exc:
+            raise RetriableError(
+                f"{self.where()} cannot be reached ({what} {self.uri(path)}): {exc}; "
+                f"{self.endpoint_origin()}", fix=self.endpoint_fix()) from None
+        except api.RetryError as exc:
+            cause = exc.cause
+            unreachable = isinstance(cause, (RequestException, TransportError,
+                                             ConnectionError))
+            raise RetriableError(
+                f"{self.where()} {'cannot be reached' if unreachable else 'failed'} "
+                f"({what} {self.uri(path)}): {exc}; {self.endpoint_origin()}",
+                fix=self.endpoint_fix() if unreachable else "retried with the batch"
+            ) from None
+        except (api.TooManyRequests, api.ServerError) as exc:
             raise RetriableError(
                 f"{self.where()} failed {what} on {self.uri(path)}: {exc}",
-                fix=f"retried with the batch; check the store is up ({EMULATOR_ENV} for "
-                "an emulator)") from None
+                fix="retried with the batch") from None
         except api.GoogleAPICallError as exc:
             raise OSError(f"{what} {self.uri(path)}: {exc.code} {exc.message}") from None
 

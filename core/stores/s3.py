@@ -19,11 +19,15 @@ retries as the same writer) is ``core.stores.writeonce``; here are S3's calls:
 
 Credentials come from boto3's chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_PROFILE``, instance roles): they are never part of this object, so never pickled
-into tasks or printed. The endpoint (``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``;
-else ``spark.hadoop.fs.s3a.endpoint`` as ``core.stores.settings`` finds it: the session,
-the settings a format carries, a task's local properties; unset: Amazon S3) and region
-are resolved where the ``S3Files`` is made, on the driver, and travel with it to the
-tasks.
+into tasks or printed; a process keeps one client per endpoint, region and credentials
+(a change of the ``AWS_*`` environment gets a client of its own). The endpoint
+(``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``; else S3A's ``endpoint`` for the
+bucket, as Hadoop resolves it: ``spark.hadoop.fs.s3a.bucket.<bucket>.endpoint``, else
+``spark.hadoop.fs.s3a.endpoint``, found as ``core.stores.settings`` finds them: the
+session, the settings a format carries, a task's local properties; unset: Amazon S3)
+and region are resolved where the ``S3Files`` is made, on the driver, and travel with
+it to the tasks, with the name of the setting the endpoint came from: a store that
+cannot be reached says it, and how to give the setting.
 """
 
 from __future__ import annotations
@@ -31,12 +35,20 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..errors import ConfigurationError, RetriableError
-from .settings import hadoop_setting
-from .writeonce import MIB, ObjectStoreFiles, StoreConflict, UploadLost, dir_key, key_of
+from .settings import S3A_PREFIX, carry_fix, s3a_setting
+from .writeonce import (
+    MIB,
+    ObjectStoreFiles,
+    StoreConflict,
+    UploadLost,
+    dir_key,
+    environment_identity,
+    key_of,
+)
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -46,6 +58,9 @@ BOTO_ATTEMPTS = 5
 """Tries botocore makes of one request (its standard mode: 3) before it gives up."""
 MIN_PART = 5 * MIB
 MAX_PARTS = 10_000
+CREDENTIAL_ENVS = ("AWS_",)
+"""The environment boto3's credential chain reads (keys, profile, role, files)."""
+
 
 @dataclass(frozen=True)
 class S3Files(ObjectStoreFiles):
@@ -60,22 +75,30 @@ class S3Files(ObjectStoreFiles):
     multipart_threshold: int = 64 * MIB
     part_size: int = 64 * MIB
     """The parts' size (S3: 5 MiB at least, 10,000 parts at most; raised to fit)."""
+    endpoint_from: str = field(default="", compare=False)
+    """The setting ``endpoint`` came from (``AWS_ENDPOINT_URL_S3``, ``spark.hadoop.fs.
+    s3a.endpoint (from ...)``); empty: none, Amazon S3's own."""
 
     @classmethod
     def from_environment(cls, scheme: str, bucket: str) -> S3Files:
-        """The endpoint and region as boto3 reads them, else as Spark's S3A has them
-        (``spark.hadoop.fs.s3a.[bucket.<bucket>.]endpoint``, ``core.stores.settings``)."""
-        endpoint = next((os.environ[e] for e in ENDPOINT_ENVS if os.environ.get(e)), None)
+        """The endpoint and region as boto3 reads them, else as Spark's S3A has them for
+        this bucket (``core.stores.settings.s3a_setting``: the bucket's own
+        ``fs.s3a.bucket.<bucket>.<option>`` over ``fs.s3a.<option>``)."""
+        source = next((e for e in ENDPOINT_ENVS if os.environ.get(e)), "")
+        endpoint = os.environ[source] if source else None
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if endpoint is None:
-            endpoint = (_s3a_setting(f"bucket.{bucket}.endpoint")
-                        or _s3a_setting("endpoint"))
-            if endpoint and "://" not in endpoint:
-                secure = (_s3a_setting("connection.ssl.enabled") or "true") == "true"
-                endpoint = f"{'https' if secure else 'http'}://{endpoint}"
-            region = region or _s3a_setting("endpoint.region")
+            found = s3a_setting(bucket, "endpoint")
+            if found is not None:
+                endpoint, source = found.value, found.describe()
+                if "://" not in endpoint:
+                    ssl = s3a_setting(bucket, "connection.ssl.enabled")
+                    secure = ssl is None or ssl.value.strip().lower() != "false"
+                    endpoint = f"{'https' if secure else 'http'}://{endpoint}"
+            found_region = s3a_setting(bucket, "endpoint.region")
+            region = region or (found_region.value if found_region else None)
         return cls(scheme, bucket, endpoint.rstrip("/") if endpoint else None,
-                   region or "us-east-1")
+                   region or "us-east-1", endpoint_from=source)
 
     def uri(self, path: str) -> str:
         return f"{self.scheme}://{self.bucket}{path}"
@@ -83,9 +106,29 @@ class S3Files(ObjectStoreFiles):
     def where(self) -> str:
         return f"{self.scheme}://{self.bucket} at {self.endpoint or 'Amazon S3'}"
 
+    def credentials_identity(self) -> str:
+        return environment_identity(CREDENTIAL_ENVS)
+
+    def endpoint_origin(self) -> str:
+        """Where the endpoint came from, for messages."""
+        if self.endpoint_from:
+            return f"the endpoint {self.endpoint} came from {self.endpoint_from}"
+        names = ", ".join((*ENDPOINT_ENVS, f"spark.hadoop.{S3A_PREFIX}endpoint",
+                           f"spark.hadoop.{S3A_PREFIX}bucket.{self.bucket}.endpoint"))
+        return (f"no endpoint setting reached this process ({names}), so it used Amazon "
+                "S3's own")
+
+    def endpoint_fix(self) -> str:
+        """How to point this process at the store."""
+        return ("start the store, or point sparkeos at it: "
+                + carry_fix([f"{S3A_PREFIX}endpoint",
+                             f"{S3A_PREFIX}bucket.{self.bucket}.endpoint"])
+                + f"; or set {ENDPOINT_ENVS[0]} in the driver's and the executors' "
+                "environment (it comes first)")
+
     # -- the client ----------------------------------------------------------------------------
     def _client(self) -> Any:
-        key = (self.endpoint, self.region)
+        key = (self.endpoint, self.region, self.credentials_identity())
         with _lock:
             client = _clients.get(key)
             if client is None:
@@ -102,14 +145,16 @@ class S3Files(ObjectStoreFiles):
             raise _translate(exc, self, path, operation) from None
         except NoCredentialsError:
             raise ConfigurationError(
-                f"no credentials for {self.where()}",
+                f"no credentials for {self.where()} ({self.endpoint_origin()})",
                 fix="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in "
-                "the driver's and the executors' environment",
+                "the driver's and the executors' environment; if the store is not Amazon "
+                "S3: " + self.endpoint_fix(),
             ) from None
         except BotoCoreError as exc:
             raise RetriableError(
-                f"{self.where()} cannot be reached ({operation} {self.uri(path)}): {exc}",
-                fix="start the store or check its endpoint (AWS_ENDPOINT_URL_S3)",
+                f"{self.where()} cannot be reached ({operation} {self.uri(path)}): {exc}; "
+                f"{self.endpoint_origin()}",
+                fix=self.endpoint_fix(),
             ) from None
 
     # -- the primitives of a write-once store -----------------------------------------------
@@ -232,18 +277,16 @@ class S3Files(ObjectStoreFiles):
         return bool(page.get("KeyCount") or page.get("Contents"))
 
 
-_clients: dict[tuple[str | None, str], Any] = {}
+_clients: dict[tuple[str | None, str, str], Any] = {}
+_loader: Any = None
 _lock = threading.Lock()
-
-
-def _s3a_setting(name: str) -> str | None:
-    """``spark.hadoop.fs.s3a.<name>``, as ``core.stores.settings`` finds it."""
-    return hadoop_setting(f"fs.s3a.{name}")
+"""Guards ``_clients`` and ``_loader``."""
 
 
 def _new_client(endpoint: str | None, region: str) -> Any:
     try:
-        import boto3
+        import boto3.session
+        import botocore.session
         from botocore.config import Config
     except ImportError:
         raise ConfigurationError(
@@ -255,9 +298,19 @@ def _new_client(endpoint: str | None, region: str) -> Any:
     # Five tries (botocore's standard mode makes three): a lost reply, a reset or a
     # SlowDown each spend one, and a bad network day brings them in runs.
     config = Config(s3={"addressing_style": style},
-                    retries={"mode": "standard", "max_attempts": BOTO_ATTEMPTS},
+                    retries={"mode": "standard", "total_max_attempts": BOTO_ATTEMPTS},
                     connect_timeout=10, read_timeout=60)
-    return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config)
+    # A session of its own, which reads the credentials of the environment now (boto3's
+    # default session keeps those it resolved first for the life of the process), with
+    # botocore's data loader shared (the S3 model is parsed once per process).
+    global _loader
+    core = botocore.session.get_session()
+    if _loader is None:
+        _loader = core.get_component("data_loader")
+    else:
+        core.register_component("data_loader", _loader)
+    return boto3.session.Session(botocore_session=core).client(
+        "s3", endpoint_url=endpoint, region_name=region, config=config)
 
 
 def _translate(exc: Any, files: S3Files, path: str, operation: str) -> Exception:
@@ -270,8 +323,10 @@ def _translate(exc: Any, files: S3Files, path: str, operation: str) -> Exception
     if status == 409 and code == "ConditionalRequestConflict":
         return StoreConflict(where)
     if code == "NoSuchBucket":
-        return ConfigurationError(f"bucket {files.bucket} does not exist ({files.where()})",
-                                  fix=f"create the bucket {files.bucket}, or check the URI")
+        return ConfigurationError(
+            f"bucket {files.bucket} does not exist ({files.where()}; "
+            f"{files.endpoint_origin()})",
+            fix=f"create the bucket {files.bucket}, or check the URI and the endpoint")
     if code == "NoSuchUpload":
         return UploadLost(where)
     if status == 404 or code in ("NoSuchKey", "NotFound", "404"):

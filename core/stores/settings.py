@@ -4,7 +4,7 @@ Spark's checkpoint and for sparkeos, in every process that writes.
 A user points Spark's S3A (or the GCS connector) at a store with session settings
 (``spark.hadoop.fs.s3a.endpoint``, ``spark.hadoop.fs.s3a.bucket.<b>.endpoint``,
 ``...endpoint.region``, ``...connection.ssl.enabled``, ``spark.hadoop.fs.gs.storage.
-root.url``). sparkeos reads the same settings (``hadoop_setting``), from the first
+root.url``). sparkeos reads the same settings (``find_setting``), from the first
 place that has them:
 
 1. the active Spark session of this process (the driver of ``foreachBatch``);
@@ -17,6 +17,22 @@ place that has them:
 3. a Spark task's local properties, where Spark puts every session setting while it
    runs a query (the tasks of either route).
 
+**Per-bucket settings, as Hadoop reads them.** S3A resolves a bucket's options by
+looking up ``fs.s3a.bucket.<bucket>.`` + the option for the bucket it opens, over the
+generic ``fs.s3a.`` + the option (``S3AUtils.propagateBucketOptions``); it never parses
+a bucket out of a key, so a bucket named ``my.data`` has ``fs.s3a.bucket.my.data.
+endpoint``. ``s3a_setting(bucket, option)`` does the same. What a format may carry is
+decided without a bucket at hand: any ``fs.s3a.bucket.<...>.<location option>``.
+
+**Carried settings belong to the block that carries them.** A ``using`` block's
+settings are seen by the thread (the context) that opened it and by what that thread
+runs in a copy of its context (``contextvars``: phase 2's commit threads, a task's
+lease renewal); blocks nest, and each one ends by restoring exactly what was there
+before it, even when blocks of two queries open and close interleaved in one process.
+A thread started without a copy of any context (a library's own pool) sees the blocks
+open in the process only where they agree, and is refused where two disagree: it cannot
+tell which query it works for.
+
 Only locations are read, never credentials (``*.access.key``, ``*.secret.key``...):
 those come from the environment of each process, as boto3 and Google's and Azure's
 clients read them.
@@ -24,27 +40,66 @@ clients read them.
 
 from __future__ import annotations
 
-import re
+import contextvars
+import itertools
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
+from ..errors import ConfigurationError
+
 SPARK_PREFIX = "spark.hadoop."
-_LOCATION = re.compile(
-    r"^fs\.(s3a\.(bucket\.[^.]+\.)?(endpoint|endpoint\.region|connection\.ssl\.enabled|"
-    r"path\.style\.access)|gs\.storage\.root\.url)$")
-_carried: dict[str, str] = {}
-"""The settings of the ``using`` blocks open in this process: process-wide, so the
-threads a block starts (phase 2's commit threads) see them too. A Python worker runs one
-Spark call at a time."""
+S3A_PREFIX = "fs.s3a."
+S3A_BUCKET_PREFIX = "fs.s3a.bucket."
+"""Hadoop's ``FS_S3A_BUCKET_PREFIX``: ``fs.s3a.bucket.<bucket>.<option>``."""
+S3A_LOCATIONS = ("endpoint", "endpoint.region", "connection.ssl.enabled",
+                 "path.style.access")
+"""The S3A options (after ``fs.s3a.``) that say where a store is."""
+GCS_LOCATIONS = ("fs.gs.storage.root.url",)
+SESSION = "the Spark session"
+CARRIED = "the settings the format carries (its options, or sparkeos.register)"
+TASK = "the Spark task's properties"
+
+_own: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "sparkeos_store_settings", default=None)
+"""The settings of the innermost ``using`` block of this context (outer ones merged)."""
+_open: dict[int, Mapping[str, str]] = {}
+"""Every ``using`` block open in this process, for threads that have none of their own."""
+_tokens = itertools.count()
 _lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Found:
+    """A setting's value and where it was found."""
+
+    name: str
+    """Without ``spark.hadoop.``: ``fs.s3a.bucket.lake.endpoint``."""
+    value: str
+    place: str
+
+    def describe(self) -> str:
+        return f"spark.hadoop.{self.name} (from {self.place})"
 
 
 def is_location_setting(name: str) -> bool:
     """Whether ``name`` (``fs.s3a.endpoint``, without ``spark.hadoop.``) says where a
-    store is (and is no secret)."""
-    return bool(_LOCATION.match(name))
+    store is (and is no secret): a generic S3A location option, one for a bucket
+    (``fs.s3a.bucket.<bucket>.<option>``, the bucket dotted or not), or GCS's root URL."""
+    if name in GCS_LOCATIONS:
+        return True
+    if not name.startswith(S3A_PREFIX):
+        return False
+    if name[len(S3A_PREFIX):] in S3A_LOCATIONS:
+        return True
+    if not name.startswith(S3A_BUCKET_PREFIX):
+        return False
+    per_bucket = name[len(S3A_BUCKET_PREFIX):]
+    return any(per_bucket.endswith("." + option) and len(per_bucket) > len(option) + 1
+               for option in S3A_LOCATIONS)
 
 
 def location_settings(settings: Mapping[str, Any]) -> dict[str, str]:
@@ -62,28 +117,59 @@ def location_settings(settings: Mapping[str, Any]) -> dict[str, str]:
 
 @contextmanager
 def using(settings: Mapping[str, str]) -> Iterator[None]:
-    """Within the block, ``hadoop_setting`` falls back to ``settings`` (a format's)."""
+    """Within the block, ``find_setting`` falls back to ``settings`` (a format's), over
+    those of the blocks around it in this context."""
+    outer = _own.get() or {}
+    mine: Mapping[str, str] = MappingProxyType({**outer, **settings})
     with _lock:
-        previous = dict(_carried)
-        _carried.update(settings)
+        token = next(_tokens)
+        _open[token] = mine
+    reset = _own.set(mine)
     try:
         yield
     finally:
+        _own.reset(reset)
         with _lock:
-            _carried.clear()
-            _carried.update(previous)
+            del _open[token]
 
 
-def hadoop_setting(name: str) -> str | None:
+def find_setting(name: str) -> Found | None:
     """``spark.hadoop.<name>`` from the active session, else the settings carried here,
     else the running Spark task's local properties; None where none has it."""
     key = SPARK_PREFIX + name
     value = _session_setting(key)
-    if value is None:
-        value = _carried.get(name)
-    if value is None:
-        value = _task_property(key)
-    return str(value) if value else None
+    if value is not None:
+        return Found(name, value, SESSION)
+    value = _carried(name)
+    if value:
+        return Found(name, value, CARRIED)
+    value = _task_property(key)
+    if value is not None:
+        return Found(name, value, TASK)
+    return None
+
+
+def hadoop_setting(name: str) -> str | None:
+    """The value ``find_setting`` finds."""
+    found = find_setting(name)
+    return found.value if found else None
+
+
+def s3a_setting(bucket: str, option: str) -> Found | None:
+    """S3A's ``option`` (``endpoint``) for ``bucket``, as Hadoop resolves it: the
+    bucket's own ``fs.s3a.bucket.<bucket>.<option>``, else ``fs.s3a.<option>``."""
+    return (find_setting(f"{S3A_BUCKET_PREFIX}{bucket}.{option}")
+            or find_setting(S3A_PREFIX + option))
+
+
+def carry_fix(names: Sequence[str]) -> str:
+    """How to give the processes of a format the settings ``names`` (without
+    ``spark.hadoop.``): Spark gives them no session."""
+    options = " or ".join(f'.option("spark.hadoop.{n}", ...)' for n in names)
+    return (f"{options} on writeStream; or set spark.hadoop.{names[0]} in the session and "
+            "call sparkeos.register(spark) after it, so the formats carry it (a format "
+            "Spark found by itself carries no setting: Spark gives its planner, committer "
+            "and tasks no session)")
 
 
 def captured_from(spark: Any) -> dict[str, str]:
@@ -91,11 +177,9 @@ def captured_from(spark: Any) -> dict[str, str]:
     carry where there is no session."""
     try:
         everything = dict(spark.conf.getAll)
-    except Exception:  # an old client without getAll: the common names only
+    except Exception:  # an old client without getAll: the generic names only
         everything = {}
-        for name in ("fs.s3a.endpoint", "fs.s3a.endpoint.region",
-                     "fs.s3a.connection.ssl.enabled", "fs.s3a.path.style.access",
-                     "fs.gs.storage.root.url"):
+        for name in (*(S3A_PREFIX + o for o in S3A_LOCATIONS), *GCS_LOCATIONS):
             try:
                 value = spark.conf.get(SPARK_PREFIX + name, None)
             except Exception:
@@ -103,6 +187,23 @@ def captured_from(spark: Any) -> dict[str, str]:
             if value:
                 everything[SPARK_PREFIX + name] = value
     return location_settings(everything)
+
+
+def _carried(name: str) -> str | None:
+    own = _own.get()
+    if own is not None:
+        return own.get(name)
+    with _lock:
+        values = sorted({s[name] for s in _open.values() if s.get(name)})
+    if len(values) > 1:
+        raise ConfigurationError(
+            f"this thread runs outside the format calls of this process, and two of them "
+            f"carry different values of spark.hadoop.{name} ({', '.join(values)}): it "
+            "cannot tell which query it works for",
+            fix="run the work in the thread of the format call, or start its thread in a "
+            "copy of that thread's context (contextvars.copy_context().run); this is a "
+            "bug of the code that started the thread: please report it")
+    return values[0] if values else None
 
 
 def _session_setting(key: str) -> str | None:
@@ -127,5 +228,5 @@ def _task_property(key: str) -> str | None:
     return str(value) if value else None
 
 
-__all__ = ["captured_from", "hadoop_setting", "is_location_setting", "location_settings",
-           "using"]
+__all__ = ["Found", "captured_from", "carry_fix", "find_setting", "hadoop_setting",
+           "is_location_setting", "location_settings", "s3a_setting", "using"]

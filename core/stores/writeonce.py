@@ -22,11 +22,20 @@ means another writer won the race. A transient failure that outlasts the client'
 retries is retried here with the same token.
 
 A store that accepts the precondition but ignores it would let two claimers both win:
-the first write-once call of a process on a bucket probes it (a key written twice, the
+the first write-once call of a process on a store probes it (a key written twice, the
 second time conditionally, must be refused) and refuses a store that fails the probe,
 before anything of the caller is written. The probe is written beside what is being
 written (beside a directory being claimed, never in it), and each probe removes the
 probes older than an hour that a process died before removing.
+
+**Whose verdict.** A Spark Python worker outlives queries, so the probe's verdict is
+kept per store, not per process: per bucket, endpoint and credentials (the identity
+``store_identity`` gives; another ``AWS_*`` environment may be another tenant of one
+endpoint), for ``VERDICT_TTL_S`` at most, and forgotten as soon as a write-once call on
+the store fails other than by "exists" (an unreachable or failing store may come back
+as another server, e.g. one restored from an old image): the next call probes again.
+A second query, or a restarted one, in the same worker so never relies on a verdict
+about a store that may have been replaced since.
 
 A store module gives the primitives (``_put_if_absent``, ``_put``, ``_writer_of``,
 ``_size``, ``_get``, ``_names``, ``_keys``, ``_delete_object``, and ``_copy_if_absent`` where
@@ -35,6 +44,7 @@ the store copies conditionally); everything above is here, once.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import tempfile
@@ -42,7 +52,7 @@ import threading
 import time
 import uuid
 from abc import abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO
 
 from ..errors import ConfigurationError, RetriableError
@@ -62,10 +72,21 @@ SPOOL_IN_MEMORY = 64 * MIB
 """A publish streamed through this process holds up to this much in memory, the rest
 on disk."""
 
-_verified: set[str] = set()
-_copies_conditionally: set[str] = set()
-"""Stores whose in-store copy the probe found refusing an existing destination."""
+VERDICT_TTL_S = 600.0
+"""How long a store's passed probe is trusted without probing again (a store can be
+replaced behind its endpoint without any request failing: the client retries a reset
+connection by itself)."""
+
+StoreIdentity = tuple[str, str, str]
+"""(store type, bucket and endpoint, credentials digest): ``store_identity``."""
+_verified: dict[StoreIdentity, float] = {}
+"""Stores that passed the probe, each with the ``monotonic()`` time it passed."""
+_copies_conditionally: set[StoreIdentity] = set()
+"""Of those, the stores whose in-store copy the probe found refusing an existing
+destination."""
 _verified_lock = threading.Lock()
+monotonic = time.monotonic
+"""The clock of the verdicts (a test's to replace)."""
 
 
 class StoreConflict(Exception):
@@ -93,6 +114,17 @@ class ObjectStoreFiles(Files):
     @abstractmethod
     def where(self) -> str:
         """The bucket and the endpoint, for messages."""
+
+    def credentials_identity(self) -> str:
+        """A digest of what this process's client authenticates with (never the
+        secret itself): ``environment_identity`` of the variables the store's client
+        reads."""
+        return ""
+
+    def store_identity(self) -> StoreIdentity:
+        """What a verdict and a client are kept for: the store, its endpoint and who
+        this process is on it."""
+        return (type(self).__name__, self.where(), self.credentials_identity())
 
     # -- what each store gives ---------------------------------------------------------------
     @abstractmethod
@@ -144,7 +176,7 @@ class ObjectStoreFiles(Files):
         """Copy ``staged`` to ``final`` carrying ``token`` unless ``final`` exists (as
         ``_put_if_absent``): inside the store where the probe found its copy honours
         the precondition, else streamed through this process."""
-        if self.where() in _copies_conditionally and self._copy_in_store_if_absent(
+        if self.store_identity() in _copies_conditionally and self._copy_in_store_if_absent(
                 staged, final, token):
             return
         with tempfile.SpooledTemporaryFile(SPOOL_IN_MEMORY) as body:
@@ -161,11 +193,15 @@ class ObjectStoreFiles(Files):
     # -- write-once, once for every store ----------------------------------------------------
     def check_conditional_writes(self, near: str) -> None:
         """Refuse a store that ignores its create-if-absent precondition (once per
-        process and bucket): a probe key beside ``near`` is written, then written again
-        conditionally. Where the store copies inside itself, the probe is then copied
-        onto itself conditionally: publishing copies in the store only if that is
-        refused too (an emulator may honour one precondition and not the other)."""
-        if self.where() in _verified:
+        store identity and ``VERDICT_TTL_S``, see the module docstring): a probe key
+        beside ``near`` is written, then written again conditionally. Where the store
+        copies inside itself, the probe is then copied onto itself conditionally:
+        publishing copies in the store only if that is refused too (an emulator may
+        honour one precondition and not the other)."""
+        identity = self.store_identity()
+        with _verified_lock:
+            passed = _verified.get(identity)
+        if passed is not None and monotonic() - passed < VERDICT_TTL_S:
             return
         beside = posixpath.dirname(near.rstrip("/")) or "/"
         probe = posixpath.join(beside, f"{PROBE_PREFIX}{int(time.time() * 1000)}-"
@@ -182,9 +218,11 @@ class ObjectStoreFiles(Files):
                 raise self._no_conditional_writes("overwrote an existing key")
             copies = self._copy_refuses_an_existing_key(probe)
             with _verified_lock:
-                _verified.add(self.where())
+                _verified[identity] = monotonic()
                 if copies:
-                    _copies_conditionally.add(self.where())
+                    _copies_conditionally.add(identity)
+                else:
+                    _copies_conditionally.discard(identity)
         finally:
             try:
                 self._delete_object(probe)
@@ -222,7 +260,24 @@ class ObjectStoreFiles(Files):
             "the checkpoint and the output on HDFS or a shared POSIX path",
         )
 
+    def forget_verdict(self) -> None:
+        """Probe this store again before its next write-once call."""
+        identity = self.store_identity()
+        with _verified_lock:
+            _verified.pop(identity, None)
+            _copies_conditionally.discard(identity)
+
     def _create_once(self, path: str, token: str, send: Callable[[], None]) -> None:
+        """``_send_once``; any failure but "exists" makes the next call probe again."""
+        try:
+            self._send_once(path, token, send)
+        except FileExistsError:
+            raise
+        except BaseException:
+            self.forget_verdict()
+            raise
+
+    def _send_once(self, path: str, token: str, send: Callable[[], None]) -> None:
         """Run ``send`` (a conditional create of ``path`` carrying ``token``) until the
         store answered it: "exists" or a vanished upload settled by the token read
         back, conflicts and transient failures retried as the same writer."""
@@ -331,6 +386,16 @@ class ObjectStoreFiles(Files):
             self._delete_keys(path, batch)
 
 
+def environment_identity(prefixes: Sequence[str]) -> str:
+    """A digest of the environment variables named with ``prefixes`` (``AWS_``): a
+    client made under other credentials is another client. Never printed; the digest
+    does not give the secrets back."""
+    digest = hashlib.sha256()
+    for name in sorted(n for n in os.environ if n.startswith(tuple(prefixes))):
+        digest.update(f"{name}\0{os.environ[name]}\0".encode())
+    return digest.hexdigest()[:16]
+
+
 def key_of(path: str) -> str:
     return posixpath.normpath(path).lstrip("/")
 
@@ -340,4 +405,5 @@ def dir_key(path: str) -> str:
     return "" if key in ("", ".") else f"{key}/"
 
 
-__all__ = ["ObjectStoreFiles", "StoreConflict", "UploadLost", "dir_key", "key_of"]
+__all__ = ["VERDICT_TTL_S", "ObjectStoreFiles", "StoreConflict", "UploadLost", "dir_key",
+           "environment_identity", "key_of"]

@@ -7,7 +7,9 @@ import dataclasses
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,9 +18,19 @@ from integration.fixtures.s3 import S3
 from sparkeos.core.commitlog import FilesStore, open_store
 from sparkeos.core.errors import ConfigurationError, RecordExistsError, RetriableError
 from sparkeos.core.files import split_uri
+from sparkeos.core.stores import s3 as s3_store
+from sparkeos.core.stores import settings, writeonce
 from sparkeos.core.stores.s3 import S3Files
 from sparkeos.testing.files_contract import check_write_once
-from sparkeos.testing.wireproxy import LOST_REPLY, SLOW_DOWN, Fault, FaultProxy
+from sparkeos.testing.s3a import make_bucket
+from sparkeos.testing.wireproxy import (
+    LOST_REPLY,
+    RESET,
+    SLOW_DOWN,
+    STRIP_CONDITIONS,
+    Fault,
+    FaultProxy,
+)
 
 pytestmark = pytest.mark.s3
 
@@ -258,3 +270,90 @@ def test_large_objects_are_uploaded_and_published_in_parts(proxied: Any, tmp_pat
     client = files._client()
     assert not client.list_multipart_uploads(Bucket=files.bucket,
                                              Prefix=root.lstrip("/")).get("Uploads")
+
+
+# -- per-bucket settings and whose verdict (issue 48, defect 6) ------------------------------
+DOTTED_BUCKET = "sparkeos.dotted"
+
+
+def test_a_dotted_bucket_is_reached_through_its_own_endpoint_setting(
+        s3: S3, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint only in ``spark.hadoop.fs.s3a.bucket.sparkeos.dotted.endpoint``, the
+    way a format carries the session's settings (no ``AWS_ENDPOINT_URL_S3``, no generic
+    endpoint): a bucket with dots in its name is found at that endpoint, its key written
+    once and read back (path-style, as for every custom endpoint)."""
+    make_bucket(s3.endpoint, DOTTED_BUCKET)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    session = SimpleNamespace(conf=SimpleNamespace(getAll={
+        f"spark.hadoop.fs.s3a.bucket.{DOTTED_BUCKET}.endpoint": s3.endpoint}))
+    with settings.using(settings.captured_from(session)):
+        files, root = split_uri(f"s3a://{DOTTED_BUCKET}/it/{uuid.uuid4().hex[:8]}")
+    assert isinstance(files, S3Files) and files.endpoint == s3.endpoint
+    files.create_new(f"{root}/record", b"dotted")
+    with pytest.raises(FileExistsError):
+        files.create_new(f"{root}/record", b"again")
+    assert files.read(f"{root}/record") == b"dotted"
+    files.delete(root)
+
+
+@pytest.fixture
+def fragile(s3: S3, base: str, monkeypatch: pytest.MonkeyPatch
+            ) -> Iterator[tuple[FaultProxy, S3Files, str]]:
+    """The test's prefix through a proxy, with one try per request (botocore's and the
+    write-once layer's retries off): a failure reaches the caller at once."""
+    monkeypatch.setattr(s3_store, "BOTO_ATTEMPTS", 1)
+    monkeypatch.setattr(writeonce, "TRANSIENT_RETRIES", 0)
+    with FaultProxy(s3.endpoint) as proxy:
+        files, root = split_uri(base)
+        assert isinstance(files, S3Files)
+        yield proxy, dataclasses.replace(files, endpoint=proxy.endpoint), root
+
+
+def probes(proxy: FaultProxy) -> int:
+    """Conditional writes of probe keys the proxy saw."""
+    return sum(1 for method, path in proxy.requests
+               if method == "PUT" and writeonce.PROBE_PREFIX in path) // 2
+
+
+def test_a_store_that_failed_is_probed_again_before_the_next_write(fragile: Any) -> None:
+    """A store passes the probe, then fails a write (unreachable for a moment) and comes
+    back as one that ignores preconditions (another server behind the endpoint): the
+    next write-once call probes again and refuses it, never trusting the old verdict."""
+    proxy, files, root = fragile
+    files.create_new(f"{root}/first", b"1")
+    assert probes(proxy) == 1
+    files.create_new(f"{root}/second", b"2")
+    assert probes(proxy) == 1  # the verdict is kept while nothing fails
+    proxy.add(Fault(RESET, method="PUT", path=r"/third$"))
+    with pytest.raises(RetriableError, match="cannot be reached"):
+        files.create_new(f"{root}/third", b"3")
+    proxy.add(Fault(STRIP_CONDITIONS, times=None))
+    with pytest.raises(ConfigurationError, match="does not honour conditional writes"):
+        files.create_new(f"{root}/first", b"overwritten")
+    assert files.read(f"{root}/first") == b"1"
+
+
+def test_a_verdict_expires(fragile: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store replaced behind its endpoint without any request failing (botocore
+    reconnects by itself) is probed again once ``VERDICT_TTL_S`` passed."""
+    proxy, files, root = fragile
+    now = [1000.0]
+    monkeypatch.setattr(writeonce, "monotonic", lambda: now[0], raising=False)
+    files.create_new(f"{root}/first", b"1")
+    proxy.add(Fault(STRIP_CONDITIONS, times=None))
+    now[0] += writeonce.VERDICT_TTL_S
+    with pytest.raises(ConfigurationError, match="does not honour conditional writes"):
+        files.create_new(f"{root}/first", b"overwritten")
+    assert files.read(f"{root}/first") == b"1"
+
+
+def test_other_credentials_on_one_endpoint_are_another_store(
+        fragile: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another ``AWS_*`` environment (another tenant of one endpoint, as on Ceph RGW) is
+    probed on its own and gets a client of its own."""
+    proxy, files, root = fragile
+    files.create_new(f"{root}/first", b"1")
+    client = files._client()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "another-tenant")
+    files.create_new(f"{root}/second", b"2")
+    assert probes(proxy) == 2 and files._client() is not client

@@ -36,23 +36,29 @@ class FormatRoute:
 
     def __init__(self, format_name: str, options: dict[str, str], checkpoint: str,
                  name: str, guarantee: Guarantee, rows: Rows | None = None,
-                 faults: FaultPlan | None = None) -> None:
+                 faults: FaultPlan | None = None, query_id: str = QUERY_ID,
+                 checkpoint_option: bool = True) -> None:
+        """``checkpoint_option`` False: the checkpoint is set as most jobs set it, in the
+        session (``spark.sql.streaming.checkpointLocation``), so the format never sees
+        it; ``query_id``: the ID Spark keeps in it and sets on every task."""
         from sparkeos.formats import format_classes
 
         found = [c for c in format_classes() if c.name() == format_name]
         if not found:
             raise ValueError(f"no sparkeos format named {format_name!r}")
         self.format_class = found[0]
-        self.options = {**options, "checkpointLocation": checkpoint,
-                        "sparkeos.name": name, "sparkeos.guarantee": guarantee.value}
+        self.options = {**options, "sparkeos.name": name,
+                        "sparkeos.guarantee": guarantee.value,
+                        **({"checkpointLocation": checkpoint} if checkpoint_option else {})}
         self.checkpoint, self.name, self.guarantee = checkpoint, name, guarantee
+        self.query_id = query_id
         self.rows: Rows = rows or (lambda batch: batch)
         self.faults = faults
         os.makedirs(os.path.join(checkpoint, "offsets"), exist_ok=True)
         metadata = os.path.join(checkpoint, "metadata")
         if not os.path.exists(metadata):
             with open(metadata, "w") as fh:
-                fh.write(json.dumps({"id": QUERY_ID}) + "\n")
+                fh.write(json.dumps({"id": query_id}) + "\n")
 
     def query(self, schema: pa.Schema) -> FormatQuery:
         """What one of Spark's processes builds from the options (as ``streamWriter``)."""
@@ -73,7 +79,7 @@ class FormatRoute:
         schema = data[0].schema if data else self.rows(pa.RecordBatch.from_pylist(
             [], schema=runner.schema)).schema
         planned = self.query(schema).plan(schema)
-        props = {BATCH_ID_PROPERTY: str(batch_id), QUERY_ID_PROPERTY: QUERY_ID}
+        props = {BATCH_ID_PROPERTY: str(batch_id), QUERY_ID_PROPERTY: self.query_id}
         results: list[dict[str, Any] | None] = []
         for partition, batch in enumerate(data):
             for attempt in range(runner.max_attempts):  # Spark retries a failed task

@@ -60,6 +60,11 @@ class JobSpec:
     register_formats: bool = False
     """Format route in a classic session: ``sparkeos.register(spark)`` first (else
     Spark's discovery of the installed formats, as a user's session finds them)."""
+    session_checkpoint: bool = False
+    """Set the checkpoint as most production jobs do, in the session
+    (``spark.sql.streaming.checkpointLocation``: Spark then checkpoints each query in a
+    fresh ``<checkpoint>/<uuid>``), not as the query's option, and give sparkeos no
+    ``checkpoint_location``."""
 
 
 @dataclass
@@ -409,11 +414,25 @@ def run_spec(spec: JobSpec, spark: Any, timeout: float | None = None) -> int:
     """Run the job ``spec`` describes on ``spark`` until its input is consumed (the
     session stays open: ``end_job`` ends it); a query still running after ``timeout``
     seconds is stopped and a ``TimeoutError`` raised."""
+    settings = dict(spec.settings)
+    if spec.connect and not spec.session_checkpoint:
+        settings.setdefault("checkpoint_location", spec.checkpoint)
+    if spec.session_checkpoint:
+        spark.conf.set(SESSION_CHECKPOINT, spec.checkpoint)
+        try:
+            return _run_spec(spec, spark, settings, timeout)
+        finally:
+            spark.conf.unset(SESSION_CHECKPOINT)  # the warm session serves other jobs
+    return _run_spec(spec, spark, settings, timeout)
+
+
+SESSION_CHECKPOINT = "spark.sql.streaming.checkpointLocation"
+
+
+def _run_spec(spec: JobSpec, spark: Any, settings: dict[str, Any],
+              timeout: float | None) -> int:
     from sparkeos.core.adapter import with_guarantee
 
-    settings = dict(spec.settings)
-    if spec.connect:
-        settings.setdefault("checkpoint_location", spec.checkpoint)
     df = (spark.readStream.schema(INPUT_SCHEMA)
           .option("maxFilesPerTrigger", spec.max_files_per_trigger).json(spec.input))
     if spec.partitions:
@@ -430,9 +449,10 @@ def run_spec(spec: JobSpec, spark: Any, timeout: float | None = None) -> int:
         batch_fn = target
     else:
         batch_fn = with_guarantee(target, spec.name, spec.mode, **settings)
-    query = (df.writeStream.foreachBatch(batch_fn)
-             .option("checkpointLocation", spec.checkpoint)
-             .trigger(availableNow=True).start())
+    writer = df.writeStream.foreachBatch(batch_fn)
+    if not spec.session_checkpoint:
+        writer = writer.option("checkpointLocation", spec.checkpoint)
+    query = writer.trigger(availableNow=True).start()
     try:
         await_query(query, timeout, f"job {spec.name}")
         flush = getattr(batch_fn, "flush", None)
@@ -456,7 +476,8 @@ def format_options(spec: JobSpec) -> dict[str, str]:
     from sparkeos.core.streamformat import SETTINGS
 
     options = {str(k): str(v) for k, v in spec.sink.get("options", {}).items()}
-    options["checkpointLocation"] = spec.checkpoint
+    if not spec.session_checkpoint:
+        options["checkpointLocation"] = spec.checkpoint
     options["sparkeos.name"] = spec.name
     options["sparkeos.guarantee"] = spec.mode
     by_field = {field: option for option, (field, _kind) in SETTINGS.items()}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ import pytest
 from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import FaultPlan, InjectedCrash, InjectedTaskFailure
+from sparkeos.core.identity import of_foreach_batch, of_running_query
 from sparkeos.core.protocol import TransactionalSink
 
 from .formatroute import FormatRoute
@@ -117,16 +119,7 @@ class ReplayCases:
                                                                       workdir: str) -> None:
         """The same failure, replayed on the same partitions: nothing missing (a
         connector that deduplicates replays writes each row once)."""
-        if not self.offers(workdir, Guarantee.AT_LEAST_ONCE):
-            pytest.skip("the connector does not offer at_least_once")
-        sink = self.sink_factory(workdir)
-        with pytest.raises(InjectedTaskFailure):
-            self.replay_route(workdir, Guarantee.AT_LEAST_ONCE, sink).run_batch(
-                0, _runner(CRASHED[0], fail_last=True))
-        self.replay_route(workdir, Guarantee.AT_LEAST_ONCE, sink).run_batch(
-            0, _runner(CRASHED[0]))
-        missing = sorted(set(_ids(CRASHED, 1)) - set(self.visible_ids(workdir)))
-        assert not missing, f"lost ids {missing}: {REPLAY_RULE}"
+        self._replay_half_written_batch(workdir, CRASHED[0])
         self.assert_no_leftovers(workdir)
 
     def test_a_switch_to_exactly_once_over_a_half_written_batch(self, workdir: str) -> None:
@@ -153,6 +146,70 @@ class ReplayCases:
         self.recover_route(workdir, sink)
         self.assert_no_leftovers(workdir)
 
+    def test_at_least_once_replay_shuffled_writes_nothing_again(self, workdir: str) -> None:
+        """A shuffle upstream hands each partition of the replay the same rows in
+        another order: by the replay rule (a fingerprint of the multiset of rows) no
+        participant is rewritten, and none is lost."""
+        metrics = self._replay_half_written_batch(
+            workdir, [list(reversed(part)) for part in CRASHED[0]])
+        assert metrics.replays_rewritten == 0, (
+            f"{metrics.replays_rewritten} participants holding the same rows in another "
+            f"order were written again: {REPLAY_RULE}")
+        if metrics.replays_skipped:  # a connector that deduplicates replays
+            from .conformance import assert_exactly_once
+
+            assert_exactly_once(self.visible_ids(workdir), _ids(CRASHED, 1))
+        self.assert_no_leftovers(workdir)
+
+    def _replay_half_written_batch(self, workdir: str, replayed: list[list[int]]) -> Any:
+        """Under ``at_least_once`` batch 0's last task fails for good after the others
+        committed; the restart replays it as ``replayed``: nothing may be missing. The
+        replay's metrics."""
+        if not self.offers(workdir, Guarantee.AT_LEAST_ONCE):
+            pytest.skip("the connector does not offer at_least_once")
+        sink = self.sink_factory(workdir)
+        with pytest.raises(InjectedTaskFailure):
+            self.replay_route(workdir, Guarantee.AT_LEAST_ONCE, sink).run_batch(
+                0, _runner(CRASHED[0], fail_last=True))
+        metrics = self.replay_route(workdir, Guarantee.AT_LEAST_ONCE, sink).run_batch(
+            0, _runner(replayed))
+        missing = sorted(set(_ids(CRASHED, 1)) - set(self.visible_ids(workdir)))
+        assert not missing, f"lost ids {missing}: {REPLAY_RULE}"
+        return metrics
+
+    def test_at_least_once_queries_are_told_apart_by_spark_query_id(self,
+                                                                    workdir: str) -> None:
+        """Two at-least-once queries with the same sink name, each with its checkpoint
+        set only in the session (``spark.sql.streaming.checkpointLocation``: the format
+        never sees it; foreachBatch under Spark Connect neither), one after the other:
+        the first writes batches 0 to 3, the second 0 and 1. Every row of both arrives
+        (the second query's batches must never be taken for replays of the first's,
+        whose markers stand at later batches). A query with no identity at all
+        (Connect, no checkpoint_location) writes a replayed batch again."""
+        if not self.offers(workdir, Guarantee.AT_LEAST_ONCE):
+            pytest.skip("the connector does not offer at_least_once")
+        sink = self.sink_factory(workdir)
+        queries = {"first": ([[1, 2], [3]], 4), "second": ([[4], [5, 6]], 2)}
+        expected: list[int] = []
+        for query, (partitions, batches) in queries.items():
+            route = self.unidentified_route(workdir, sink, query)
+            for batch_id in range(batches):
+                rows = [[10 * batch_id + i for i in part] for part in partitions]
+                route.run_batch(batch_id, _runner(rows))
+                expected += [i for part in rows for i in part]
+            missing = sorted(set(expected) - set(self.visible_ids(workdir)))
+            assert not missing, (f"query {query!r} lost ids {missing}: two queries were "
+                                 "taken for one")
+        if self.route == "format":
+            return
+        # No durable identity: a replay is written again, never skipped.
+        for _run in range(2):
+            metrics = self.unidentified_route(workdir, sink, None).run_batch(
+                0, _runner([[101, 102], [103]]))
+            assert metrics.replays_skipped == 0, (
+                "a query without a durable identity skipped a batch as a replay")
+        assert {101, 102, 103} <= set(self.visible_ids(workdir))
+
     # -- the routes ----------------------------------------------------------------------------
     route: str = "foreachBatch"
 
@@ -178,6 +235,25 @@ class ReplayCases:
             return self.in_process_coordinator(workdir, faults, sink=sink)[1]
         config = CoordinatorConfig(name=self.IN_PROCESS_SINK, guarantee=guarantee)
         return Coordinator(sink, config, None, self.in_process_key(workdir), faults)
+
+    def unidentified_route(self, workdir: str, sink: TransactionalSink[Any],
+                           query: str | None) -> Any:
+        """An at-least-once run of query ``query`` (a Spark query ID; None: none
+        readable) whose checkpoint reaches sparkeos only as Spark's tasks and running
+        query report it: the format without a ``checkpointLocation`` option, the
+        foreachBatch route's identity rule (``core.identity``) under Spark Connect."""
+        if self.route == "format":
+            spec = self.format_spec(workdir)
+            query_id = str(uuid.uuid5(uuid.NAMESPACE_URL, str(query)))
+            return FormatRoute(spec["format"], dict(spec["options"]),
+                               os.path.join(workdir, f"format-checkpoint-{query}"),
+                               self.IN_PROCESS_SINK, Guarantee.AT_LEAST_ONCE,
+                               self.format_rows, query_id=query_id,
+                               checkpoint_option=False)
+        known = of_foreach_batch(None, None) if query is None else of_running_query(query)
+        config = CoordinatorConfig(name=self.IN_PROCESS_SINK,
+                                   guarantee=Guarantee.AT_LEAST_ONCE)
+        return Coordinator(sink, config, None, known.key, durable_identity=known.durable)
 
     def recover_route(self, workdir: str, sink: TransactionalSink[Any]) -> None:
         """A restarted query's full recovery, on the route's commit log."""

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
 from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.coordinator import Coordinator
-from sparkeos.core.errors import RetriableError
+from sparkeos.core.errors import RetriableError, SparkStoppedError
 from sparkeos.core.faults import DRIVER_POINTS, FaultPlan, InjectedCrash
 from sparkeos.core.observe import BatchMetrics
-from sparkeos.core.overlap import Running, Starter, start_thread
+from sparkeos.core.overlap import CommitsInFlight, Running, Starter, start_thread
 from sparkeos.core.protocol import Receipt, Transaction
-from tests.support.memory import ListRunner, MemorySink, MemoryStore, MemorySystem
+from tests.support.memory import (
+    ListRunner,
+    MemorySink,
+    MemoryStore,
+    MemorySystem,
+    TaskCommitMemorySink,
+)
 
 BATCHES = [[[1, 2], [3]], [[4], [5, 6]], [[7, 8, 9], []], [[10], [11]]]
 ALL_IDS = list(range(1, 12))
@@ -128,6 +136,67 @@ def test_flush_raises_the_failure_of_the_last_batch():
     with pytest.raises(RetriableError):
         coord.flush()
     coord.flush()  # raised once: nothing left in flight
+
+
+class _StoppedUnderTheCommit(ListRunner):
+    """Spark's context stops while phase 2 runs in tasks (the script's ``spark.stop()``
+    or the application's end): the first participant's task committed, then the job
+    fails."""
+
+    def run_in_tasks(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        fn(items[0])
+        raise SparkStoppedError("Spark's context stopped", fix="restart the query")
+
+
+def test_a_commit_spark_stops_under_finishes_in_the_driver_process():
+    """A sink that commits in tasks: when Spark stops under its background commit, the
+    commit finishes in this process, as recovery does (once per participant)."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = overlapping(system, log, Held(), sink=TaskCommitMemorySink(system))
+    coord.run_batch(0, _StoppedUnderTheCommit(BATCHES[0]))
+    coord.flush()
+    assert sorted(system.visible) == [1, 2, 3] and not system.prepared
+    assert log.batches()[0].status == "finished"
+
+
+class _Gate:
+    """A ``Running`` whose ``wait`` returns at once in the thread that made it, and in
+    any other thread only once ``open`` is set; ``done`` once some thread waited."""
+
+    def __init__(self) -> None:
+        self.owner = threading.current_thread()
+        self.open = threading.Event()
+        self.waited = False
+
+    def done(self) -> bool:
+        return self.waited
+
+    def wait(self) -> None:
+        if threading.current_thread() is not self.owner:
+            self.open.wait()
+        self.waited = True
+
+
+def test_a_wait_from_another_thread_never_forgets_the_next_batch():
+    """The end of a query waits for the batch in flight from its own thread
+    (``core.ending``) while the query's thread waits for it too and starts the next
+    batch: the late waiter leaves the next batch in flight."""
+    gates: list[_Gate] = []
+
+    def gated(name: str, work: Callable[[], None]) -> Running:
+        work()
+        gates.append(_Gate())
+        return gates[-1]
+
+    flight = CommitsInFlight(gated)
+    flight.start(0, lambda: None, "b0", {})
+    ending = threading.Thread(target=flight.wait)
+    ending.start()  # waits for batch 0 until its gate opens
+    flight.wait()  # the query's thread: batch 0 ended
+    flight.start(1, lambda: None, "b1", {"": 1})
+    gates[0].open.set()
+    ending.join()
+    assert flight.busy == frozenset({1}) and flight.held == {"": 1}
 
 
 @pytest.mark.parametrize("point", DRIVER_POINTS)

@@ -13,7 +13,11 @@ import pytest
 from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.coordinator import Coordinator
+from sparkeos.core.errors import ReplayUndecidableError
 from sparkeos.core.faults import InjectedTaskFailure
+from sparkeos.core.fingerprint import fingerprint_of
+from sparkeos.core.replay import OnRecord, committed_before, replay
+from sparkeos.core.txpool import DIRECT_RUNS, Transaction, TransactionPool
 from sparkeos.testing.inprocess import ArrowRunner
 from tests.support.memory import MemorySink, MemoryStore, MemorySystem, id_batch
 
@@ -36,17 +40,17 @@ def failing_last(partitions: list[list[int]]) -> ArrowRunner:
                        before_attempt=fail)
 
 
-@pytest.mark.parametrize("replay", [[[1, 2, 3], [4, 5, 6]], [[2, 1], [4], [3], [5, 6]]],
+@pytest.mark.parametrize("replayed", [[[1, 2, 3], [4, 5, 6]], [[2], [1, 4], [3], [5, 6]]],
                          ids=["fewer", "more"])
 def test_at_least_once_replay_partitioned_otherwise_loses_nothing(
-        replay: list[list[int]], caplog: pytest.LogCaptureFixture) -> None:
+        replayed: list[list[int]], caplog: pytest.LogCaptureFixture) -> None:
     system = MemorySystem()
     with pytest.raises(InjectedTaskFailure):
         at_least_once(system).run_batch(0, failing_last([[1, 2], [3, 4], [5, 6]]))
     assert sorted(system.visible) == [1, 2, 3, 4], "partitions 0 and 1 committed"
     with caplog.at_level(logging.WARNING, logger="sparkeos"):
         metrics = at_least_once(system).run_batch(
-            0, ArrowRunner([id_batch(ids) for ids in replay]))
+            0, ArrowRunner([id_batch(ids) for ids in replayed]))
     assert set(system.visible) == {1, 2, 3, 4, 5, 6}, (
         "a partition skipped on its marker alone lost rows")
     assert metrics.replays_rewritten == 2 and metrics.replays_skipped == 0
@@ -64,6 +68,18 @@ def test_at_least_once_replay_partitioned_as_before_writes_nothing_twice() -> No
     assert (metrics.replays_skipped, metrics.replays_rewritten) == (2, 0)
 
 
+def test_at_least_once_replay_shuffled_within_its_partitions_writes_nothing_twice() -> None:
+    """A shuffle upstream hands each partition of the replay the same rows in another
+    order: the multiset is the same, so nothing is rewritten."""
+    system = MemorySystem()
+    with pytest.raises(InjectedTaskFailure):
+        at_least_once(system).run_batch(0, failing_last([[1, 2, 3], [4, 5, 6], [7]]))
+    metrics = at_least_once(system).run_batch(
+        0, ArrowRunner([id_batch(ids) for ids in [[3, 1, 2], [6, 4, 5], [7]]]))
+    assert Counter(system.visible) == Counter(range(1, 8))
+    assert (metrics.replays_skipped, metrics.replays_rewritten) == (2, 0)
+
+
 def test_a_switch_to_exactly_once_over_a_half_written_batch_loses_nothing() -> None:
     """A query ran at-least-once, died with batch 0 half written, and restarts under
     exactly-once (same query, same sink name) with fewer partitions."""
@@ -76,3 +92,64 @@ def test_a_switch_to_exactly_once_over_a_half_written_batch_loses_nothing() -> N
     exactly.run_batch(1, ArrowRunner([id_batch([7]), id_batch([8])]))
     assert set(system.visible) == set(range(1, 9))
     assert Counter(system.visible)[7] == Counter(system.visible)[8] == 1
+
+
+# -- the rule itself (core.replay), as every connector asks it ----------------------------
+def _txn(batch: int, run: int = 0, durable: bool = True) -> Transaction:
+    return TransactionPool("q1", "mem", durable).transaction(batch, 0, run, 0)
+
+
+ROWS = fingerprint_of(id_batch([1, 2]))
+OTHER = fingerprint_of(id_batch([3]))
+DIRECT = DIRECT_RUNS.start
+
+
+@pytest.mark.parametrize("on_record, skip", [
+    (OnRecord.nothing(), False),
+    (OnRecord.last_batch(4, ROWS), True),        # the same rows on record
+    (OnRecord.last_batch(4, OTHER), False),      # other rows: written again
+    (OnRecord.last_batch(4, None), False),       # unknown rows: written again
+    (OnRecord.last_batch(6, OTHER), True),       # a later batch: a zombie of batch 4
+    (OnRecord.last_batch(2, ROWS), False),       # an earlier batch
+    (OnRecord.of_batch(4, [OTHER, ROWS]), True),
+    (OnRecord.of_batch(4, []), False),
+])
+def test_phase_one_skips_only_on_the_same_rows_or_a_later_batch(
+        on_record: OnRecord, skip: bool) -> None:
+    assert replay(_txn(4, DIRECT), ROWS, on_record).skip is skip
+    assert committed_before(_txn(4, DIRECT), ROWS, on_record) is skip
+
+
+def test_without_a_durable_identity_nothing_is_skipped() -> None:
+    """A key of this run only: nothing on record is known to be this query's."""
+    for on_record in (OnRecord.last_batch(4, ROWS), OnRecord.last_batch(9, ROWS)):
+        assert not replay(_txn(4, DIRECT, durable=False), ROWS, on_record).skip
+        assert not committed_before(_txn(4, DIRECT, durable=False), ROWS, on_record)
+
+
+def test_phase_two_under_exactly_once_refuses_what_it_cannot_decide(
+        caplog: pytest.LogCaptureFixture) -> None:
+    decided = _txn(4)
+    assert committed_before(decided, ROWS, OnRecord.last_batch(4, ROWS))
+    assert committed_before(decided, None, OnRecord.last_batch(6, None)), "a later batch"
+    assert not committed_before(decided, ROWS, OnRecord.last_batch(3, ROWS))
+    with caplog.at_level(logging.WARNING, logger="sparkeos"):
+        assert not committed_before(decided, ROWS, OnRecord.last_batch(4, OTHER))
+    assert any("replay.nondeterministic" in r.getMessage() for r in caplog.records)
+    for written, on_record in ((None, OnRecord.last_batch(4, ROWS)),
+                               (ROWS, OnRecord.last_batch(4, None))):
+        with pytest.raises(ReplayUndecidableError, match="cannot be compared"):
+            committed_before(decided, written, on_record)
+    # at-least-once writes what it cannot decide
+    assert not committed_before(_txn(4, DIRECT), ROWS, OnRecord.last_batch(4, None))
+    assert not committed_before(_txn(4, DIRECT), None, OnRecord.last_batch(4, ROWS))
+
+
+def test_a_record_that_names_the_decided_transaction_is_its_commit() -> None:
+    """A marker or PUBLISHED record without fingerprints (an earlier sparkeos) that
+    names the decided attempt itself: committed, nothing to compare."""
+    decided = _txn(4)
+    assert committed_before(decided, None, OnRecord.last_batch(4, None, decided.txn_id))
+    other = _txn(4, run=1)
+    with pytest.raises(ReplayUndecidableError):
+        committed_before(decided, None, OnRecord.last_batch(4, None, other.txn_id))

@@ -170,6 +170,29 @@ def test_a_batch_decided_before_a_crash_is_finished_not_written_again(tmp_path: 
     assert ids_in(out) == Counter([1, 2])
 
 
+def test_a_move_to_at_least_once_over_an_unresolved_batch_is_refused(tmp_path: Any
+                                                                    ) -> None:
+    """An exactly-once run left batch 0 decided and not committed; the query restarts
+    under at-least-once, which never opens the commit log: nothing would commit batch
+    0, and once batch 1 is on record the replay rule would take that for batch 0's
+    commit. Refused with the fix; after ``recover`` the switch goes on."""
+    checkpoint, out = spark_checkpoint(tmp_path / "ckpt"), str(tmp_path / "out")
+    offsets_up_to(checkpoint, 0)
+    planned = query(checkpoint, out).plan(ID_SCHEMA)
+    results = [task(planned, 0, [1]), task(planned, 1, [2])]
+    crashing = query(checkpoint, out)
+    crashing.coordinator.scope.faults = crashing.faults = _crash_after_decided()
+    with pytest.raises(BaseException, match="after_decided"):
+        crashing.commit(0, results, ID_SCHEMA)
+    offsets_up_to(checkpoint, 1)
+    weaker = {"sparkeos.guarantee": "at_least_once"}
+    with pytest.raises(ConfigurationError, match=r"(?s)batch\(es\) \[0\].*sparkeos recover"):
+        query(checkpoint, out, **weaker).plan(ID_SCHEMA)
+    query(checkpoint, out).coordinator.recover(full=True)
+    assert ids_in(out) == Counter([1, 2])
+    query(checkpoint, out, **weaker).plan(ID_SCHEMA)
+
+
 def test_abort_rolls_back_the_open_run(tmp_path: Any) -> None:
     checkpoint, out = spark_checkpoint(tmp_path / "ckpt"), str(tmp_path / "out")
     offsets_up_to(checkpoint, 0)

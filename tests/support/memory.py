@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import DataLossError
+from sparkeos.core.fingerprint import Written, fingerprint_of
 from sparkeos.core.protocol import (
     CommitLocation,
     Receipt,
@@ -23,7 +24,12 @@ from sparkeos.core.protocol import (
     TransactionalSink,
     TxnState,
 )
+from sparkeos.core.replay import OnRecord, replay
 from sparkeos.testing.inprocess import ListRunner, MemoryStore, id_batch
+
+
+def written_of(rows: list[Any] | tuple[Any, ...]) -> Written:
+    return fingerprint_of(id_batch(list(rows)))
 
 
 @dataclass
@@ -73,12 +79,13 @@ class MemorySink(TransactionalSink[Handle]):
         self._check(handle)
         txn = handle.txn
         rows = self.system.open.pop(txn.txn_id)
-        earlier = [self.system.committed_rows[t] for t in self._committed(txn)]
-        if tuple(rows) in earlier:  # the same rows committed there before: a replay
+        earlier = [written_of(self.system.committed_rows[t]) for t in self._committed(txn)]
+        met = replay(txn, written_of(rows), OnRecord.of_batch(txn.batch_id, earlier))
+        if met.skip:  # the same rows committed there before: a replay
             handle.skipped = True
-            return {"rows": 0, "skipped": True, "replay": {"same": True}}
+            return {"rows": 0, "skipped": True, **met.receipt_fields()}
         self.system.prepared[txn.txn_id] = rows
-        return {"rows": len(rows), **({"replay": {"same": False}} if earlier else {})}
+        return {"rows": len(rows), **met.receipt_fields()}
 
     def _committed(self, txn: Transaction) -> list[str]:
         return [t for t in self.system.committed_rows if self._same_partition(t, txn)]

@@ -642,6 +642,35 @@ def test_transactional_mode_under_at_least_once_commits_in_tasks(pg_server, name
     assert prepared_gids(admin, names) == []
 
 
+def test_at_least_once_tasks_killed_after_prepare_leave_nothing_prepared(pg_server, names,
+                                                                         admin):
+    """Issue 48: in every batch of one run, partition 0's first attempt dies after the
+    sink's prepare step, before its commit (``task_fail_after_prepare`` on a direct
+    task), and its retry runs. No prepared transaction is left to pile up towards
+    ``max_prepared_transactions`` within the run, and every row arrives (here once: the
+    retry finds its marker with the same rows)."""
+    sink = sink_for(pg_server, names)
+    coord = coordinator(sink, None, names, FaultPlan("task_fail_after_prepare", None,
+                                                     simulate=True),
+                        guarantee=Guarantee.AT_LEAST_ONCE)
+    for batch_id, partitions in enumerate(BATCHES):
+        coord.run_batch(batch_id, ids_runner(partitions))
+        assert prepared_gids(admin, names) == [], f"left prepared after batch {batch_id}"
+    assert table_ids(admin, names.table) == ALL_IDS
+
+
+def test_appends_committed_in_tasks_are_at_least_once_only(pg_server, names):
+    """At-least-once appends commit in the task (no prepared transaction); asked for
+    explicitly, ``commit_in_task=True`` refuses exactly-once."""
+    sink = sink_for(pg_server, names)
+    direct = coordinator(sink, None, names, guarantee=Guarantee.AT_LEAST_ONCE).sink
+    assert isinstance(direct, PostgresSink) and direct.direct_appends
+    assert not direct.prepared_appends
+    forced = sink_for(pg_server, names, commit_in_task=True)
+    with pytest.raises(ConfigurationError, match="cannot give the exactly_once guarantee"):
+        coordinator(forced, memory_log(), names)
+
+
 def test_import_stays_light():
     import subprocess
     import sys

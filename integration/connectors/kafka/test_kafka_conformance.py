@@ -146,6 +146,9 @@ class TestKafkaSinkStagedConnect(ConnectConformance, TestKafkaSinkStaged):
 
     driver_kill_points = ("after_first_commit",)
     test_end_to_end_several_batches = None
+    # foreachBatch under Connect sees no query ID: the identity rule's other road
+    test_at_least_once_queries_with_the_session_checkpoint_lose_nothing = (
+        TestKafkaSinkStaged.test_at_least_once_queries_with_the_session_checkpoint_lose_nothing)
 
 
 @pytest.mark.hdfs

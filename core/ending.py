@@ -1,0 +1,173 @@
+"""A query that ends, ends committed: the batch ``overlap_commits`` commits in the
+background is committed, or its failure raised, when the query, Spark's context or the
+interpreter ends (DESIGN.md section 9).
+
+With ``overlap_commits`` Spark counts a batch done once it is decided, and its phase 2
+runs on a driver thread (``core.overlap``). Measured on pyspark 4.3 (classic, local):
+
+* ``spark.stop()`` while that thread commits: its Spark job fails ("Cannot call methods
+  on a stopped SparkContext"), and the batch stays decided and not committed.
+* A ``StreamingQueryListener``'s ``onQueryTerminated`` runs on a py4j callback thread
+  0.1-0.2 s after ``query.stop()`` or ``awaitTermination()`` returned. ``spark.stop()``
+  stops Spark's scheduler before it drains the listener bus, so a listener that waits
+  holds ``spark.stop()`` up but not the context: the commit's jobs fail all the same.
+* ``query.stop()`` leaves the thread's jobs running (they are not in the query's job
+  group). At the interpreter's exit Python joins the thread (it is no daemon) before it
+  runs ``atexit`` and before the JVM ends with the process: the commit runs to its end.
+
+So for every adapter with ``overlap_commits`` (``hold``), with no change to the user's
+code:
+
+* ``StreamingQuery.stop()`` and ``awaitTermination()`` (once the query ended) return
+  after the adapters that served the query committed what it decided, or raise the
+  failure of that commit (pyspark's classic class, wrapped once per process); an
+  ``awaitTermination()`` that raises the query's own failure raises it at once;
+* ``SparkContext.stop()`` (``spark.stop()``) waits for every adapter's commit, stops the
+  context, waits for a commit that started meanwhile (Spark stopped under it: it
+  finishes in this process, ``core.recovery``), then raises the first failure;
+* at the interpreter's exit, a failure no one raised is logged as an error
+  (``query.end_failed``) and printed, and the process exits with status 1
+  (``EXIT_STATUS``; Python offers no other way to change it then than ``os._exit``,
+  after the logs are flushed: ``atexit`` functions registered before this module's
+  are not run).
+
+Under Spark Connect the adapter runs in a Python process of the server: none of this is
+in the client, and what its process does at a query's end is the server's (a decided
+batch is committed by the next batch, or by ``sparkeos recover``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import describe_cause
+from .observe import log_event
+
+if TYPE_CHECKING:
+    from .adapter import ForeachBatchAdapter
+
+EXIT_STATUS = 1
+"""The interpreter's exit status when a background commit failed and no one raised it."""
+_WRAPPED = "__sparkeos_ending__"
+
+
+def hold(adapter: ForeachBatchAdapter) -> None:
+    """Make the end of each query ``adapter`` serves, of Spark's context and of the
+    interpreter wait for its background commits (and raise their failures)."""
+    with _LOCK:
+        _ADAPTERS.add(adapter)
+        _wrap_pyspark()
+
+
+def after_query(query_id: str) -> None:
+    """The query ``query_id`` ended: wait for what its adapters decided to be
+    committed; raise the first failure (the others are logged)."""
+    _in_turn([functools.partial(adapter.settle, query_id)
+              for adapter in list(_ADAPTERS) if adapter.served(query_id)])
+
+
+def before_context_stop() -> None:
+    """Spark's context is about to stop: wait for every adapter's background commit;
+    raise the first failure (the others are logged)."""
+    _in_turn([adapter.flush for adapter in list(_ADAPTERS)])
+
+
+def _in_turn(steps: list[Callable[[], None]]) -> None:
+    """Run every step, whatever the one before raised; raise the first failure and log
+    the others."""
+    failures = []
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:
+            failures.append(exc)
+    for later in failures[1:]:
+        log_event("query.end_failed", logging.ERROR, cause=describe_cause(later))
+    if failures:
+        raise failures[0]
+
+
+def _wrap_pyspark() -> None:
+    """Wrap pyspark's classic ``StreamingQuery.stop`` / ``awaitTermination`` and
+    ``SparkContext.stop``, once per process."""
+    try:
+        from pyspark import SparkContext
+        from pyspark.sql.streaming.query import StreamingQuery
+    except ImportError:
+        return
+    if getattr(SparkContext.stop, _WRAPPED, False):
+        return
+    _wrap(StreamingQuery, "stop", _query_stop)
+    _wrap(StreamingQuery, "awaitTermination", _query_await)
+    _wrap(SparkContext, "stop", _context_stop)
+
+
+def _wrap(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
+    original = getattr(cls, name)
+
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return wrapper(original, self, *args, **kwargs)
+
+    setattr(method, _WRAPPED, True)
+    setattr(cls, name, method)
+
+
+def _query_stop(original: Callable[..., Any], query: Any) -> None:
+    original(query)
+    after_query(str(query.id))
+
+
+def _query_await(original: Callable[..., Any], query: Any, *args: Any,
+                 **kwargs: Any) -> Any:
+    ended = original(query, *args, **kwargs)
+    if ended is None or ended:  # no timeout, or the query ended within it
+        after_query(str(query.id))
+    return ended
+
+
+def _context_stop(original: Callable[..., Any], context: Any) -> None:
+    # After the stop: a commit that started meanwhile, which Spark stopped under, ends in
+    # this process (core.recovery).
+    _in_turn([before_context_stop, functools.partial(original, context),
+              before_context_stop])
+
+
+def _at_exit() -> None:
+    """A failure of a background commit no one raised: logged, printed, and the
+    interpreter exits with ``EXIT_STATUS``. Registered when this module is imported
+    (with ``exactly_once``), so it runs after the ``atexit`` functions registered later;
+    Python joined the commit threads before any of them."""
+    failures: list[tuple[str, Exception]] = []
+    for adapter in list(_ADAPTERS):
+        try:
+            adapter.flush()
+        except Exception as exc:
+            failures.append((adapter.name, exc))
+    if not failures:
+        return
+    for name, failure in failures:
+        log_event("query.end_failed", logging.ERROR, sink=name,
+                  cause=describe_cause(failure),
+                  fix="restart the query or run `sparkeos recover <checkpointLocation>`: "
+                  "a decided batch is committed first")
+        print(f"sparkeos: the query ended, but the background commit of sink {name!r} "
+              f"failed and nothing raised it:\n{failure}", file=sys.stderr)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_STATUS)
+
+
+_LOCK = threading.Lock()
+_ADAPTERS: weakref.WeakSet[ForeachBatchAdapter] = weakref.WeakSet()
+"""Every adapter with ``overlap_commits`` of this process."""
+atexit.register(_at_exit)
