@@ -173,7 +173,7 @@ def test_values_hash_alike_in_any_window(monkeypatch: pytest.MonkeyPatch) -> Non
     for window in (8, 64, 1000, 65_536):
         monkeypatch.setattr(module, "WINDOW_BYTES", window)
         assert fingerprint_of(table) == whole, window
-        changed = values[:6] + [values[6][:-1] + b"?"] + values[7:]
+        changed = [*values[:6], values[6][:-1] + b"?", *values[7:]]
         assert fingerprint_of(pa.table({"b": pa.array(changed, pa.binary())})) != whole
 
 
