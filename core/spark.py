@@ -113,6 +113,45 @@ def local_session(app_name: str = "sparkeos", master: str = "local[2]",
     return session
 
 
+def session_settings(session: Any, names: Sequence[str]) -> dict[str, str]:
+    """The settings among ``names`` that ``session`` (classic or Spark Connect) sets."""
+    found = {}
+    for name in names:
+        value = session.conf.get(name, None)
+        if value is not None:
+            found[name] = str(value)
+    return found
+
+
+def task_property(key: str) -> str | None:
+    """The running Spark task's local property ``key`` (Spark puts there every setting
+    the query's session sets); None outside a task, or where it is not set."""
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        value = context.getLocalProperty(key) if context is not None else None
+    except Exception:
+        return None
+    return str(value) if value else None
+
+
+SPARK_SCHEMA_KEY = b"sparkeos.spark_schema"
+"""In the Arrow schema a sink is given: the batch's Spark schema (``StructType.json()``),
+for sinks that write what Spark's own writer writes from it (the file sink's Parquet)."""
+
+
+def batch_arrow_schema(schema: Any) -> pa.Schema:
+    """A batch's Spark schema as its sinks see it and the commit log records it (both
+    routes): Arrow's types, timestamps in UTC (they reach tasks in the session's time
+    zone; a change of that setting is no schema change), and the Spark schema itself
+    under ``SPARK_SCHEMA_KEY``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC").with_metadata(
+        {SPARK_SCHEMA_KEY: schema.json()})
+
+
 class SparkBatchRunner:
     """Runs phase-1 tasks over a foreachBatch DataFrame with ``mapInArrow``.
 
@@ -143,11 +182,7 @@ class SparkBatchRunner:
         return self._partitions
 
     def arrow_schema(self) -> pa.Schema:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        # Timestamps reach tasks in the session time zone; the schema recorded in the
-        # commit log uses UTC so that a time-zone setting change is not a schema change.
-        return to_arrow_schema(self._schema_df.schema, timezone="UTC")
+        return batch_arrow_schema(self._schema_df.schema)
 
     def run_tasks(self, task: TaskFunction) -> list[TaskResult]:
         # Attempt tokens must differ across applications (stage and task IDs restart).

@@ -63,7 +63,8 @@ SETTINGS: dict[str, tuple[str, Any]] = {
     "existingoutput": ("existing_output", str),
 }
 """``sparkeos.<option>`` (any case) and the ``exactly_once(...)`` setting it sets."""
-_MADE: dict[tuple[str, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]],
+_Pairs = tuple[tuple[str, str], ...]
+_MADE: dict[tuple[str, str, _Pairs, _Pairs, _Pairs],
             tuple[TransactionalSink[Any], FormatSettings]] = {}
 _PARTITION_COLUMNS = "__partition_columns"
 
@@ -192,6 +193,12 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
     """Where the object stores are (``fs.s3a.endpoint``...), captured from the session by
     ``sparkeos.register(spark)``: Spark gives the format's planner and committer no
     session (``core.stores.settings``)."""
+    session_settings: ClassVar[tuple[str, ...]] = ()
+    """The Spark settings this format's sink follows as Spark's own sink of its kind
+    does (``spark.sql.parquet.outputTimestampType``...). Spark gives a format no session:
+    ``sparkeos.register(spark)`` captures their values in ``captured_settings``, and
+    options of the same names win over those."""
+    captured_settings: ClassVar[dict[str, str]] = {}
     complete_mode_appends: ClassVar[bool] = False
     """Whether ``outputMode("complete")`` is taken as Spark's own sink for the
     destination takes it: every batch's whole result table appended (a message
@@ -220,7 +227,8 @@ class SinkFormat(DataSource):  # type: ignore[misc, valid-type]
         file sink's shared-directory mark, is not made again every batch)."""
         key = (self.format_name, str(schema), tuple(sorted(
             (str(k).lower(), str(v)) for k, v in self.options.items())),
-            tuple(sorted(self.store_locations.items())))
+            tuple(sorted(self.store_locations.items())),
+            tuple(sorted(self.captured_settings.items())))
         made = _MADE.get(key)
         if made is None:
             made = _MADE[key] = self._make(schema)
@@ -331,11 +339,11 @@ def _results(messages: list[WriterCommitMessage | None]) -> list[dict[str, Any] 
 
 
 def arrow_schema(schema: Any) -> pa.Schema:
-    """The batch's schema as the checks and the commit log see it (UTC timestamps, as
-    the foreachBatch route records them)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    """The batch's schema as the sink, the checks and the commit log see it, as on the
+    foreachBatch route (``core.spark.batch_arrow_schema``)."""
+    from .spark import batch_arrow_schema
 
-    return to_arrow_schema(schema, timezone="UTC")
+    return batch_arrow_schema(schema)
 
 
 _TELLS_PLAN_FROM_COMMIT = (

@@ -26,21 +26,29 @@ def register(spark: Any) -> list[str]:
     The session's object-store locations (``spark.hadoop.fs.s3a.endpoint``...; never
     credentials) go with the registered formats: Spark gives a format's planner and
     committer no session, so without them an ``s3a://`` checkpoint there would be looked
-    for on Amazon S3 (``core.stores.settings``). Register after setting them."""
+    for on Amazon S3 (``core.stores.settings``). So do the settings a format's sink
+    follows as Spark's own sink does (``spark.sql.parquet.outputTimestampType``...:
+    ``SinkFormat.session_settings``). Register after setting them."""
+    from sparkeos.core.spark import session_settings
     from sparkeos.core.stores.settings import captured_from
 
     locations = captured_from(spark)
     names = []
     for cls in format_classes():
-        spark.dataSource.register(_carrying(cls, locations) if locations else cls)
+        settings = session_settings(spark, cls.session_settings)
+        spark.dataSource.register(_carrying(cls, locations, settings)
+                                  if locations or settings else cls)
         names.append(cls.name())
     return names
 
 
-def _carrying(cls: type[Any], locations: dict[str, str]) -> type[Any]:
-    """``cls`` with ``locations`` as its ``store_locations``: a class made here, which
-    Spark's cloudpickle sends by value (with the settings) to every Python worker."""
+def _carrying(cls: type[Any], locations: dict[str, str],
+              settings: dict[str, str] | None = None) -> type[Any]:
+    """``cls`` with ``locations`` as its ``store_locations`` and ``settings`` as its
+    ``captured_settings``: a class made here, which Spark's cloudpickle sends by value
+    (with the settings) to every Python worker."""
     return type(cls.__name__, (cls,), {"store_locations": dict(locations),
+                                       "captured_settings": dict(settings or {}),
                                        "__module__": cls.__module__,
                                        "__qualname__": f"{cls.__qualname__}.registered"})
 

@@ -3,7 +3,12 @@
 the file sink can honour it (``path``, Parquet's ``compression``), the layout of
 ``partitionBy`` as ``sparkeos.partitionBy`` (Spark never passes ``.partitionBy(...)`` to
 a Python sink), and the ``sparkeos.*`` options every format shares
-(``core.streamformat``)."""
+(``core.streamformat``).
+
+Spark's Parquet writer follows session settings (``spark.sql.parquet.*``) that Spark
+does not give a Python data source: ``sparkeos-parquet`` has them from
+``sparkeos.register(spark)``, which captures them, and from options of the same names,
+which win; Spark's defaults otherwise (``connectors/file/parquet.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.streamformat import Options, SinkFormat
+
+from .parquet import SETTINGS as PARQUET_SETTINGS
 
 if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
     # needs only the class (sparkeos.core.lazy)
@@ -27,12 +34,17 @@ class ParquetFormat(SinkFormat):
     """``format("sparkeos-parquet")``: Parquet part files under ``path``."""
 
     format_name = "sparkeos-parquet"
+    session_settings = PARQUET_SETTINGS
 
     def make_sink(self, options: Options, schema: pa.Schema) -> FileSink:
         from .sink import FileSink
 
+        given = {name: value for name in PARQUET_SETTINGS
+                 if (value := options.get(name)) is not None}
         return FileSink(path=options.require("path", '"/data/out"'), format="parquet",
-                        compression=options.get("compression") or "snappy",
+                        compression=(options.get("compression")
+                                     or options.get("parquet.compression")),
+                        spark_settings={**self.captured_settings, **given},
                         fsync=options.flag("sparkeos.fsync", True),
                         partition_by=options.names(PARTITION_BY) or ())
 

@@ -2,17 +2,18 @@
 ``<path>/<column>=<value>/.../part-*.<ext>``, the partition columns in the directory
 names and not in the files.
 
-A value is written as Spark's ``CAST(value AS STRING)`` writes it, escaped as Spark's
+A directory's name is Spark's (``core/sparktext.py`` decides it for both routes, in the
+task, from the Arrow batch): the value as Spark's ``CAST(value AS STRING)`` writes it
+in the session's time zone and settings, escaped as Spark's
 ``ExternalCatalogUtils.escapePathName`` escapes it (``%XX`` for ``/``, ``=``, ``:``,
 ``%``, quotes and control characters...); a null or empty value is the directory
 ``__HIVE_DEFAULT_PARTITION__``. Spark, Hive, pyarrow and pandas readers with Hive
 partitioning read the columns back from the names.
 
-Partition columns may be strings, integers, booleans, dates or decimals: their text is
-the same whichever process makes it (a Spark task, or the Python data source of the
-format route). Timestamps and floating-point values are refused: their text depends on
-the session's time zone or on Java's number formatting, and a directory per distinct
-instant is rarely what anyone wants (partition by ``to_date(ts)`` instead).
+Partition columns may be of every type Spark's ``partitionBy`` takes except floating
+point and intervals, whose text sparkeos cannot reproduce (``sparktext.partition_refusal``
+says why): strings, binary, integers, booleans, decimals, dates, timestamps and
+timestamp_ntz.
 """
 
 from __future__ import annotations
@@ -25,41 +26,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
+from sparkeos.core.sparktext import (
+    DEFAULT_PARTITION,
+    SessionText,
+    escape_path_name,
+    partition_names,
+    partition_refusal,
+    unescape_path_name,
+)
 
-DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-VALUE_COLUMN_PREFIX = "_sparkeos_pv_"
-"""Columns a Spark task adds for the partition values' text (``value_expressions``);
-never written."""
-_ESCAPED = frozenset('"#%\'*/:=?\\\x7f{[]^') | frozenset(chr(c) for c in range(1, 0x20))
-"""What Spark's ``ExternalCatalogUtils.escapePathName`` escapes."""
-
-
-def escape_path_name(text: str) -> str:
-    """``text`` as Spark writes it in a directory name: ``%XX`` (upper-case hex) for each
-    character Spark escapes."""
-    if not any(ch in _ESCAPED for ch in text):
-        return text
-    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in text)
-
-
-def unescape_path_name(text: str) -> str:
-    """The inverse of ``escape_path_name``."""
-    if "%" not in text:
-        return text
-    out, index = [], 0
-    while index < len(text):
-        ch = text[index]
-        if ch == "%" and _is_hex(text[index + 1:index + 3]):
-            out.append(chr(int(text[index + 1:index + 3], 16)))
-            index += 3
-        else:
-            out.append(ch)
-            index += 1
-    return "".join(out)
-
-
-def _is_hex(text: str) -> bool:
-    return len(text) == 2 and all(ch in "0123456789abcdefABCDEF" for ch in text)
+__all__ = ["DEFAULT_PARTITION", "check_columns", "data_columns", "directories",
+           "escape_path_name", "is_partition_dir", "normalise_columns",
+           "partition_values", "split", "unescape_path_name"]
 
 
 def normalise_columns(partition_by: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -76,73 +54,49 @@ def normalise_columns(partition_by: str | Sequence[str] | None) -> tuple[str, ..
     return columns
 
 
-def _partitionable(kind: pa.DataType) -> bool:
-    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)
-                or pa.types.is_integer(kind) or pa.types.is_boolean(kind)
-                or pa.types.is_date32(kind) or pa.types.is_decimal(kind))
-
-
 def check_columns(columns: Sequence[str], schema: pa.Schema, where: str) -> None:
-    """Refuse partition columns the batch does not have, of a type this layout does not
-    write, or that would leave no column in the files."""
-    names = [name for name in schema.names if not name.startswith(VALUE_COLUMN_PREFIX)]
+    """Refuse partition columns the batch does not have, of a type whose directory name
+    sparkeos cannot write as Spark does, or that would leave no column in the files."""
+    names = list(schema.names)
     missing = [c for c in columns if c not in names]
     if missing:
         raise SchemaMismatchError(
             f"partition column(s) {missing} of {where} are not in the batch's columns "
             f"{names}", fix="partition by columns the query writes, or select them first")
-    wrong = {c: str(schema.field(c).type) for c in columns
-             if not _partitionable(schema.field(c).type)}
-    if wrong:
-        raise ConfigurationError(
-            f"partition column(s) of {where} have types a directory name cannot hold "
-            f"exactly: {wrong}",
-            fix="partition by string, integer, boolean, date or decimal columns; for a "
-            "timestamp, a day column: df.withColumn('day', F.to_date('ts'))")
+    for column in columns:
+        why = partition_refusal(schema.field(column).type)
+        if why:
+            raise ConfigurationError(
+                f"partition column {column!r} of {where} is of type "
+                f"{schema.field(column).type}, whose directory names sparkeos does not "
+                f"write as Spark does: {why}",
+                fix=f"partition by the column's text as Spark casts it: "
+                f"df.withColumn('{column}', F.col('{column}').cast('string')) (the same "
+                "directory names as Spark's partitionBy of the column)")
     if len(columns) == len(names):
         raise ConfigurationError(
             f"{where} is partitioned by every column {names}: its files would hold none",
             fix="leave at least one column out of partition_by, as Spark requires")
 
 
-def value_expressions(columns: Sequence[str]) -> tuple[str, ...]:
-    """The Spark SQL a task's rows get for the partition values' text (Spark's own cast)."""
-    return tuple(f"CAST(`{name}` AS STRING) AS {VALUE_COLUMN_PREFIX}{index}"
-                 for index, name in enumerate(columns))
-
-
 def directories(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.Array:
-    """Each row's partition directory, ``col=value/col2=value2``: from the text Spark made
-    (``value_expressions``) when the batch has it, else cast here (the format route).
-    Escaped once per distinct value, not per row."""
+    """Each row's partition directory, ``col=value/col2=value2``: named once per
+    distinct value (``sparktext.partition_names``), not per row."""
+    session = SessionText.current()
     parts = []
-    for index, name in enumerate(columns):
-        made = f"{VALUE_COLUMN_PREFIX}{index}"
-        text = (batch.column(made) if made in batch.schema.names
-                else pc.cast(batch.column(name), pa.string()))
-        encoded = pc.dictionary_encode(text)
-        prefix = f"{escape_path_name(name)}="
-        named = pa.array([prefix + (escape_path_name(v) if v else DEFAULT_PARTITION)
-                          for v in encoded.dictionary.to_pylist()], pa.string())
-        parts.append(pc.fill_null(named.take(encoded.indices), prefix + DEFAULT_PARTITION))
+    for name in columns:
+        encoded = pc.dictionary_encode(batch.column(name))
+        named = pa.array(partition_names(name, encoded.dictionary, session), pa.string())
+        parts.append(pc.fill_null(named.take(encoded.indices),
+                                  f"{escape_path_name(name)}={DEFAULT_PARTITION}"))
     return pc.binary_join_element_wise(*parts, "/")
 
 
 def data_columns(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
-    """The batch as its files hold it: without the partition columns and Spark's text of
-    them."""
-    keep = [i for i, name in enumerate(batch.schema.names)
-            if name not in columns and not name.startswith(VALUE_COLUMN_PREFIX)]
+    """The batch as its files hold it: without the partition columns."""
+    keep = [i for i, name in enumerate(batch.schema.names) if name not in columns]
     return pa.RecordBatch.from_arrays([batch.column(i) for i in keep],
                                       schema=pa.schema([batch.schema.field(i) for i in keep]))
-
-
-def written_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The batch without Spark's text of the partition values: the rows a participant
-    wrote, as its fingerprint counts them."""
-    if not any(name.startswith(VALUE_COLUMN_PREFIX) for name in batch.schema.names):
-        return batch
-    return data_columns(batch, ())
 
 
 def split(batch: pa.RecordBatch, columns: Sequence[str]
@@ -173,6 +127,7 @@ def partition_values(relative_dir: str) -> list[tuple[str, str | None]]:
 
 
 def is_partition_dir(name: str) -> bool:
-    """Whether a directory entry is a partition directory (``col=value``, not hidden)."""
-    return "=" in name and not name.startswith((".", "_"))
-
+    """Whether a directory entry is a partition directory, as Spark's file index tells
+    (``col=value``; a hidden ``.`` name never, a ``_`` name only with an ``=``: the
+    directories of a column ``_day`` are partitions, ``_temporary`` is not)."""
+    return "=" in name and not name.startswith(".")

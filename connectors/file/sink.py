@@ -29,9 +29,10 @@ out (``layout.py``): an attempt stages one part file per partition directory it 
 for, ``<staging>/<attempt>/<col>=<value>/part-...``, and phase 2 moves each into
 ``<path>/<col>=<value>/`` under the same name, each move as above.
 
-Phase 1's part files are written in ``staging.py``, phase 2's move into place is in
-``publish.py``, the partitioned layout in ``layout.py``; this module holds the sink's
-protocol and the readers of committed output.
+Phase 1's part files are written in ``staging.py`` (Parquet as Spark's own writer
+writes it: ``parquet.py``), phase 2's move into place is in ``publish.py``, the
+partitioned layout in ``layout.py``; this module holds the sink's protocol and the
+readers of committed output.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import posixpath
 import re
 import shutil
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,9 +58,20 @@ from sparkeos.core.fsutil import (
     require_writable_dir,
 )
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.spark import SPARK_SCHEMA_KEY, task_property
 from sparkeos.core.txpool import AttemptRange, TransactionPool
 
 from . import layout
+from .parquet import (
+    CODEC_EXTENSIONS,
+    SETTINGS,
+    ParquetFiles,
+    ParquetSettings,
+    active_session_settings,
+    spark_schema_of,
+)
+from .parquet import read_table as read_parquet
+from .parquet_schema import parquet_schema
 from .publish import publish
 from .staging import (
     PREPARED_MARK,
@@ -74,12 +86,6 @@ FORMATS = {"jsonl": ".json", "parquet": ".parquet"}
 """Each format's file extension, as Spark's own writer of that kind names its files
 (Spark's json writer writes JSON Lines under ``.json``; a downstream ``*.json`` glob
 finds both). Parquet files also carry the codec, as Spark's do (``.snappy.parquet``)."""
-PARQUET_CODEC_EXTENSIONS = {"snappy": ".snappy", "gzip": ".gz", "brotli": ".br",
-                            "zstd": ".zstd", "lz4": ".lz4raw", "none": ""}
-"""Parquet's own codec extensions (``CompressionCodecName``), which Spark puts in a
-file's name."""
-_CODEC_ALIASES = {"uncompressed": "none", "lz4_raw": "lz4"}
-"""Spark's names for Parquet codecs that pyarrow names otherwise."""
 _OLD_EXTENSIONS = (".jsonl",)
 """What earlier versions named JSON Lines part files: still read, probed and listed."""
 _PART = re.compile(r"^part-([^-]+)-(.+)-(\d{10})-(\d{5})(?:-[0-9a-f]{16})?"
@@ -93,18 +99,25 @@ class FileSink(TransactionalSink[StagedPart]):
     """Write each batch as part files into ``path``: a local or shared POSIX directory,
     or an HDFS URI (``hdfs://namenode:8020/out`` or ``webhdfs://namenode:9870/out``).
 
-    ``format``: ``"parquet"`` (default) or ``"jsonl"``. ``compression``: Parquet codec.
-    ``partition_by``: columns to lay the output out by, as Spark's ``partitionBy`` does
-    (``<path>/date=2026-11-26/part-...``; string, integer, boolean, date or decimal
-    columns). ``fsync``: make staged files durable before prepare returns (disable only
-    for benchmarks on throw-away data).
+    ``format``: ``"parquet"`` (default) or ``"jsonl"``. Parquet files are written as
+    Spark's own Parquet writer writes them (``parquet.py``), under the Spark settings
+    that change them (``spark.sql.parquet.outputTimestampType``, ``writeLegacyFormat``,
+    ``compression.codec``, ``fieldId.write.enabled``): those of the active Spark session
+    where the sink is made, and ``spark_settings`` (by the same names) over them;
+    Spark's defaults otherwise. ``compression``: the Parquet codec, over the session's
+    (Spark's ``compression`` write option). ``partition_by``: columns to lay the output
+    out by, as Spark's ``partitionBy`` does (``<path>/date=2026-11-26/part-...``;
+    columns of every type Spark's ``partitionBy`` takes but floating point and intervals,
+    named as Spark names them: ``core/sparktext.py``). ``fsync``: make staged files
+    durable before prepare returns (disable only for benchmarks on throw-away data).
     """
 
     path: str
     format: str = "parquet"
-    compression: str = "snappy"
+    compression: str | None = None
     fsync: bool = True
     partition_by: Sequence[str] = ()
+    spark_settings: Mapping[str, str] | None = None
 
     commit_steps = ("checked", "published")
 
@@ -122,12 +135,21 @@ class FileSink(TransactionalSink[StagedPart]):
                 f"unknown file format {self.format!r}",
                 fix=f"use one of: {', '.join(FORMATS)}",
             )
-        codec = self.compression.lower()
-        object.__setattr__(self, "compression", _CODEC_ALIASES.get(codec, codec))
-        if self.format == "parquet" and self.compression not in PARQUET_CODEC_EXTENSIONS:
-            raise ConfigurationError(
-                f"unknown Parquet compression {self.compression!r}",
-                fix=f"use one of: {', '.join(PARQUET_CODEC_EXTENSIONS)}")
+        if self.format == "parquet":
+            given = dict(self.spark_settings or {})
+            unknown = sorted(set(given) - set(SETTINGS))
+            if unknown:
+                raise ConfigurationError(
+                    f"spark_settings of FileSink at {self.directory} names {unknown}, which "
+                    "the Parquet files do not follow",
+                    fix=f"give only these settings: {', '.join(SETTINGS)}")
+            # The session's settings where the sink is made: the query's, on foreachBatch
+            # (each task checks that its session agrees: ParquetSettings.check_session).
+            settings = ParquetSettings.resolve({**active_session_settings(), **given},
+                                               self.compression,
+                                               f"output directory {self.directory}")
+            object.__setattr__(self, "compression", settings.codec)
+            self.__dict__["_parquet"] = settings
 
     @property
     def files(self) -> Files:
@@ -153,8 +175,17 @@ class FileSink(TransactionalSink[StagedPart]):
     def extension(self) -> str:
         """The part files' extension, as Spark's writer of the format names them."""
         if self.format == "parquet":
-            return PARQUET_CODEC_EXTENSIONS[self.compression] + FORMATS["parquet"]
+            return CODEC_EXTENSIONS[str(self.compression)] + FORMATS["parquet"]
         return FORMATS[self.format]
+
+    @property
+    def _parquet_files(self) -> ParquetFiles | None:
+        """How the Parquet part files are written (None for JSON Lines): the settings, and
+        the Spark schema ``validate`` was given (pickled to the tasks with the sink)."""
+        settings: ParquetSettings | None = self.__dict__.get("_parquet")
+        if settings is None:
+            return None
+        return ParquetFiles(settings, self.__dict__.get("_spark_schema"))
 
     def identity(self) -> dict[str, Any]:
         # A query's layout may not change under it: a replay laid out otherwise would not
@@ -169,14 +200,20 @@ class FileSink(TransactionalSink[StagedPart]):
         return (self._staging_root(),) if self.files.is_local else ()
 
     def task_columns(self) -> tuple[str, ...]:
-        if self.partition_by:  # the values' text as Spark casts it; JSON made per file
-            return ("*", *layout.value_expressions(self.partition_by))
-        # JSON Lines: encoded in the task (core/sparkjson.py), not by Spark's to_json: the
-        # JSON text crossing to Python costs more than Arrow's kernels take to make it.
+        # JSON Lines and the partition directories' names are made in the task
+        # (core/sparkjson.py, core/sparktext.py: the format route has no JVM to ask), not
+        # by Spark's to_json and CAST: that text crossing to Python costs more than
+        # Arrow's kernels take to make it.
         return ()
 
     def validate(self, schema: pa.Schema) -> None:
         layout.check_columns(self.partition_by, schema, f"output directory {self.directory}")
+        parquet = self.__dict__.get("_parquet")
+        if parquet is not None:  # Spark's schema, for the tasks' files; refused types here
+            spark = (schema.metadata or {}).get(SPARK_SCHEMA_KEY)
+            self.__dict__["_spark_schema"] = spark.decode() if spark else None
+            parquet_schema(spark_schema_of(schema, self.__dict__["_spark_schema"]),
+                           parquet.timestamps, parquet.legacy, parquet.field_ids)
         staging = self._staging_root()
         require_writable_dir(
             staging, f"output directory {self.directory}",
@@ -191,6 +228,9 @@ class FileSink(TransactionalSink[StagedPart]):
         files = self.files
         require_shared(self._staging_root(), f"output directory {self.directory}", txn,
                        self._driver_mark, files)
+        parquet = self.__dict__.get("_parquet")
+        if parquet is not None:  # Spark's own writer would follow the query's session
+            parquet.check_session(task_property, f"output directory {self.directory}")
         directory = claim_dir(self._txn_dir(txn.txn_id), txn, files)
         # On HDFS the part file is written on this host first; its temporary directory
         # is made with the first row (an empty partition leaves nothing behind).
@@ -204,9 +244,9 @@ class FileSink(TransactionalSink[StagedPart]):
             writer = handle.writers.get(directory)
             if writer is None:
                 writer = handle.writers[directory] = open_writer(
-                    handle, rows.schema, self.format, self.compression, directory)
+                    handle, rows.schema, self._parquet_files, directory)
             write_rows(writer, self.format, rows)
-        handle.content.update(layout.written_rows(batch))
+        handle.content.update(batch)
         handle.rows += batch.num_rows
 
     def prepare(self, handle: StagedPart) -> Receipt:
@@ -340,9 +380,7 @@ def read_output(path: str, format: str = "parquet") -> pa.Table:
         inside = split_uri(file)[1]
         source = pa.BufferReader(files.read(inside)) if not files.is_local else file
         if format == "parquet":
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(source)
+            table = read_parquet(source)
         else:
             import pyarrow.json as pj
 

@@ -18,6 +18,8 @@ from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.protocol import Transaction
 from sparkeos.core.sparkjson import json_lines_buffer
 
+from .parquet import ParquetFiles
+
 PREPARED_MARK = ".prepared"
 """In a partitioned attempt's staging directory: all its part files are durable."""
 
@@ -41,18 +43,17 @@ class StagedPart:
     content: Fingerprint = dataclasses.field(default_factory=Fingerprint)
 
 
-def open_writer(part: StagedPart, schema: pa.Schema, format: str, compression: str,
+def open_writer(part: StagedPart, schema: pa.Schema, parquet: ParquetFiles | None,
                 directory: str = "") -> Any:
-    """A writer of ``part``'s file (in partition ``directory`` of partitioned output)."""
+    """A writer of ``part``'s file (in partition ``directory`` of partitioned output):
+    Parquet as Spark writes it (``parquet``), else JSON Lines."""
     if not part.local_dir:
         part.local_dir = tempfile.mkdtemp(prefix="sparkeos-part-")
     target = os.path.join(part.local_dir, directory, part.file_name)
     if directory:
         os.makedirs(os.path.dirname(target), exist_ok=True)
-    if format == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetWriter(target, schema, compression=compression)
+    if parquet is not None:
+        return parquet.writer(target, schema)
     return open(target, "wb")
 
 

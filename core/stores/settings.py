@@ -218,14 +218,9 @@ def _session_setting(key: str) -> str | None:
 
 
 def _task_property(key: str) -> str | None:
-    try:
-        from pyspark import TaskContext
+    from ..spark import task_property
 
-        context = TaskContext.get()
-        value = context.getLocalProperty(key) if context is not None else None
-    except Exception:
-        return None
-    return str(value) if value else None
+    return task_property(key)
 
 
 __all__ = ["Found", "captured_from", "carry_fix", "find_setting", "hadoop_setting",

@@ -67,47 +67,6 @@ def test_a_row_of_nulls_is_an_empty_object_and_slices_keep_their_rows():
     assert json_lines(batch.slice(0, 0)) == b""
 
 
-@pytest.mark.parametrize("float_type", [pa.float64(), pa.float32()])
-def test_the_plain_range_shortcut_writes_what_the_general_path_writes(float_type):
-    """Values in Java's plain range take a shortcut (``_floating``); mixed with values
-    outside it, NaN, infinities and nulls in one array, every value's text is the
-    general path's."""
-    import numpy as np
-
-    from sparkeos.core.sparkjson import _floating_general
-
-    rng = np.random.default_rng(36)
-    values = rng.random(4000) * 10.0 ** rng.integers(-12, 13, 4000)
-    values[::3] *= -1
-    edges = [0.0, -0.0, 1e-3, -1e-3, 9.99e-4, 1e7, 9999999.0, 1e7 - 0.5, 5.0, 0.1,
-             float("nan"), float("inf"), float("-inf")]
-    array = pa.array(list(values) + edges + [None], float_type)
-    assert json_values(array).to_pylist() == _floating_general(array).to_pylist()
-    plain_only = array.filter(pa.array([v is not None and 1e-3 <= abs(v) < 1e7
-                                        for v in array.to_pylist()]))
-    assert json_values(plain_only).to_pylist() == _floating_general(plain_only).to_pylist()
-
-
-def test_timestamps_outside_four_digit_years_keep_their_text():
-    """Arrow writes the text of timestamps with four-digit years; a batch with another
-    year is written by numpy, every value as before."""
-    import numpy as np
-
-    from sparkeos.core.sparkjson import _timestamp_text
-
-    rng = np.random.default_rng(36)
-    millis = rng.integers(-62135596800000, 253402300799999, 5000)
-    expected = np.datetime_as_string(millis.view("datetime64[ms]"), unit="ms").tolist()
-    assert _timestamp_text(millis).to_pylist() == expected
-    batch = pa.array([dt.datetime(2026, 1, 2, 3, 4, 5, 123000),
-                      dt.datetime(9999, 12, 31, 23, 59, 59), None], pa.timestamp("us"))
-    assert json_values(batch).to_pylist() == ['"2026-01-02T03:04:05.123"',
-                                              '"9999-12-31T23:59:59.000"', None]
-    beyond = np.array([millis[0], 253402300800000], dtype="int64")  # year 10000
-    assert _timestamp_text(beyond).to_pylist() == np.datetime_as_string(
-        beyond.view("datetime64[ms]"), unit="ms").tolist()
-
-
 def test_strings_are_escaped_only_where_one_needs_it():
     values = pa.array(["plain", 'a"b', "c\\d", "tab\there", None, "é"])
     assert json_values(values).to_pylist() == [

@@ -137,6 +137,22 @@ def test_driver_kills_with_batches_coalesced_to_the_writers(tmp_path: Any) -> No
             assert len(state.decided["participants"]) <= 2
 
 
+def _bucketed_format_job(tmp_path: Any, format_name: str, column: str, batches: int,
+                         rows: int) -> tuple[JobSpec, str, list[list[int]], list[int]]:
+    """A format-route job over ``batches`` input files of ``rows`` ids, partitioned by
+    ``column``: each id's ``id % 3`` as text. Returns (spec, output, ids per batch, every
+    id)."""
+    input_ids = [list(range(b * 100, b * 100 + rows)) for b in range(batches)]
+    expected = write_input(str(tmp_path / "input"), input_ids)
+    out = str(tmp_path / "output")
+    spec = JobSpec(input=str(tmp_path / "input"), checkpoint=str(tmp_path / "ckpt"),
+                   route="format", partitions=2, sink={
+                       "format": format_name,
+                       "select": ["id", "payload", f"CAST(id % 3 AS STRING) AS {column}"],
+                       "options": {"path": out, "sparkeos.partitionBy": column}})
+    return spec, out, input_ids, expected
+
+
 @pytest.mark.chaos
 def test_partitioned_format_killed_among_its_directories_commits(spark: Any,
                                                                  tmp_path: Any) -> None:
@@ -145,14 +161,8 @@ def test_partitioned_format_killed_among_its_directories_commits(spark: Any,
     batch's other directories not yet), then restarted. Every id lands once, in the
     directory of its bucket, and Spark's reader gives the partition column back. (Every
     other point runs in process: TestFileSinkPartitioned, and on the store.)"""
-    input_ids = [list(range(b * 100, b * 100 + 30)) for b in range(3)]
-    expected = write_input(str(tmp_path / "input"), input_ids)
-    out = str(tmp_path / "output")
-    spec = JobSpec(input=str(tmp_path / "input"), checkpoint=str(tmp_path / "ckpt"),
-                   route="format", partitions=2, sink={
-                       "format": "sparkeos-parquet",
-                       "select": ["id", "payload", "CAST(id % 3 AS STRING) AS bucket"],
-                       "options": {"path": out, "sparkeos.partitionBy": "bucket"}})
+    spec, out, _ids, expected = _bucketed_format_job(tmp_path, "sparkeos-parquet", "bucket",
+                                                     batches=3, rows=30)
     assert run_job_process(spec, "after_first_commit@1").crashed
     state = CommitLog(open_store(sink_log_location(spec.checkpoint, spec.name))).batches()[1]
     assert state.needs_commit, "killed between the decision and the last commit"
@@ -161,6 +171,34 @@ def test_partitioned_format_killed_among_its_directories_commits(spark: Any,
     rows = spark.read.parquet(out).select("id", "bucket").collect()
     assert sorted(r.id for r in rows) == sorted(expected)
     assert all(int(r.bucket) == r.id % 3 for r in rows), "each id in its bucket's directory"
+
+
+@pytest.mark.chaos
+def test_a_leading_underscore_partition_is_seen_after_a_lost_checkpoint(tmp_path: Any
+                                                                        ) -> None:
+    """A ``format("sparkeos-json")`` query partitioned by a column ``_day`` is killed
+    among the commits of its second batch, then started again over a new checkpoint
+    (the old one lost). Spark skips a ``_`` directory only without an ``=``, and so does
+    sparkeos: the lost-checkpoint guard finds the committed files under ``_day=...`` and
+    refuses (it once saw none and wrote every row again). Nothing is doubled; the query
+    over its own checkpoint then finishes, every id once."""
+    spec, out, input_ids, expected = _bucketed_format_job(tmp_path, "sparkeos-json", "_day",
+                                                          batches=2, rows=10)
+    assert run_job_process(spec, "after_first_commit@1").crashed
+    table = read_output(out, "jsonl")
+    before = table.column("id").to_pylist() if table.num_rows else []
+    assert set(input_ids[0]) <= set(before), "read_output sees the _day=... directories"
+    assert len(before) == len(set(before))
+    lost = replace(spec, checkpoint=str(tmp_path / "new-checkpoint"))
+    refused = run_job(lost)
+    assert refused.returncode != 0 and "another query" in refused.stderr, refused.tail()
+    assert sorted(read_output(out, "jsonl").column("id").to_pylist()) == sorted(before)
+    assert run_job(spec).returncode == 0
+    table = read_output(out, "jsonl")
+    assert_exactly_once(table.column("id").to_pylist(), expected)
+    assert all(int(day) == i % 3 for i, day in zip(table.column("id").to_pylist(),
+                                                    table.column("_day").to_pylist(),
+                                                    strict=True))
 
 
 @pytest.mark.hdfs

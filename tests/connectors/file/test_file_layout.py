@@ -71,8 +71,10 @@ def test_partition_columns_are_checked() -> None:
     with pytest.raises(SchemaMismatchError, match="not in the batch"):
         sink.validate(SCHEMA)
     timestamps = pa.schema([("id", pa.int64()), ("at", pa.timestamp("us", "UTC"))])
-    with pytest.raises(ConfigurationError, match="to_date"):
-        FileSink("/tmp/unused-layout", partition_by=["at"]).validate(timestamps)
+    FileSink("/tmp/unused-layout", partition_by=["at"]).validate(timestamps)
+    doubles = pa.schema([("id", pa.int64()), ("x", pa.float64())])
+    with pytest.raises(ConfigurationError, match=r"Double.toString(.|\n)*cast\('string'\)"):
+        FileSink("/tmp/unused-layout", partition_by=["x"]).validate(doubles)
     with pytest.raises(ConfigurationError, match="every column"):
         FileSink("/tmp/unused-layout", partition_by=["id", "day", "country"]).validate(SCHEMA)
 
@@ -135,3 +137,29 @@ def test_a_replay_with_the_same_rows_finds_its_files_other_rows_get_their_own(tm
 def test_identity_names_the_layout_only_when_partitioned(tmp_path) -> None:
     assert "partition_by" not in FileSink(str(tmp_path)).identity()
     assert FileSink(str(tmp_path), partition_by="day").identity()["partition_by"] == ["day"]
+
+
+def test_directories_of_a_leading_underscore_column_are_partitions(tmp_path) -> None:
+    """Spark skips a ``_`` name only without an ``=``: the directories of a column
+    ``_day`` hold committed files for every reader (the lost-checkpoint guard, probe,
+    ``sparkeos status --probe``, ``read_output``); ``_temporary`` and ``_SUCCESS`` do
+    not."""
+    schema = pa.schema([("id", pa.int64()), ("_day", pa.date32())])
+    sink = FileSink(str(tmp_path), partition_by=("_day",))
+    sink.validate(schema)
+    txn = POOL.transaction(0, 0, 0, 0)
+    handle = sink.begin(txn)
+    sink.write(handle, pa.RecordBatch.from_pydict(
+        {"id": [1, 2], "_day": [datetime.date(2026, 11, 26), None]}, schema=schema))
+    sink.commit(txn, sink.prepare(handle))
+    os.makedirs(tmp_path / "_temporary" / "0")
+    (tmp_path / "_temporary" / "0" / "part-x.snappy.parquet").write_bytes(b"")
+    (tmp_path / "_SUCCESS").write_bytes(b"")
+    assert [os.path.relpath(os.path.dirname(f), tmp_path)
+            for f in committed_files(str(tmp_path))] == [
+        "_day=2026-11-26", f"_day={DEFAULT_PARTITION}"]
+    assert sink.probe(txn) is TxnState.COMMITTED
+    table = read_output(str(tmp_path))
+    assert sorted(zip(table.column("id").to_pylist(), table.column("_day").to_pylist(),
+                      strict=True), key=str) == [(1, "2026-11-26"), (2, None)]
+    assert "q0 (batches up to 0)" in (sink.output_of_other_queries("q1", "files") or "")

@@ -159,7 +159,7 @@ def test_config_is_validated_at_construction():
     assert FileSink("webhdfs://nn:9870/out/").directory == "webhdfs://nn:9870/out"
     assert FileSink("/tmp/x").describe() == {"path": "/tmp/x", "format": "parquet",
                                              "compression": "snappy", "fsync": True,
-                                             "partition_by": []}
+                                             "partition_by": [], "spark_settings": None}
 
 
 def test_a_directory_the_driver_does_not_share_is_refused_before_writing(tmp_path):
