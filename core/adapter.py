@@ -8,6 +8,7 @@ coordinator.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections import deque
@@ -18,9 +19,9 @@ from . import ending, onstart
 from .commitlog import CommitLog
 from .config import CoordinatorConfig, Guarantee
 from .coordinator import Coordinator
-from .errors import ConfigurationError
+from .errors import ConfigurationError, describe_cause
 from .group import SinkGroup
-from .observe import BatchMetrics
+from .observe import BatchMetrics, log_event
 from .protocol import TransactionalSink
 from .queryrun import _NAME_CLAIMS as _NAME_CLAIMS  # re-exported: tests reset it
 from .queryrun import QueryRun, claim_log
@@ -115,12 +116,18 @@ class ForeachBatchAdapter:
         return (run is not None and run.key[0] == query_id) or query_id in self._finishing
 
     def settle(self, query_id: str | None) -> None:
-        """``flush`` for the query ``query_id`` (None: any query)."""
+        """``flush`` for the query ``query_id`` (None: any query): the first failure is
+        raised, the others logged."""
         failure = self._await_finishing(query_id)
         run = self._run
         if (run is not None and run.coordinator is not None
                 and query_id in (None, run.key[0])):
-            run.coordinator.flush()
+            try:
+                run.coordinator.flush()
+            except BaseException:
+                if failure is not None:
+                    _log_dropped(self.name, failure)
+                raise
         if failure is not None:
             raise failure
 
@@ -140,8 +147,10 @@ class ForeachBatchAdapter:
         with self._finishing_lock:
             finishing = [self._finishing.pop(q) for q in list(self._finishing)
                          if query_id is None or q == query_id]
-        failures = [f.wait() for f in finishing]
-        return next((f for f in failures if f is not None), None)
+        failures = [f for f in (one.wait() for one in finishing) if f is not None]
+        for later in failures[1:]:
+            _log_dropped(self.name, later)
+        return failures[0] if failures else None
 
     def _completed(self, metrics: BatchMetrics) -> None:
         """A batch's records are committed (or it needed no commit)."""
@@ -175,6 +184,13 @@ class ForeachBatchAdapter:
         """``claim_log`` for this adapter's sink (bound to a checkpoint, if given)."""
         return claim_log(log, query_identity, bound if bound is not None else self.sink,
                          self.name)
+
+
+def _log_dropped(sink: str, failure: BaseException) -> None:
+    """A failure raised beside another one, which is raised instead."""
+    log_event("query.end_failed", logging.ERROR, sink=sink, cause=describe_cause(failure),
+              fix="restart the query or run `sparkeos recover <checkpointLocation>`: a "
+              "decided batch is committed first")
 
 
 def _resolve(sink: SinkSpec, name: str) -> tuple[TransactionalSink[Any] | SinkGroup,

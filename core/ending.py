@@ -22,9 +22,11 @@ code:
   after the adapters that served the query committed what it decided, or raise the
   failure of that commit (pyspark's classic class, wrapped once per process); an
   ``awaitTermination()`` that raises the query's own failure raises it at once;
-* ``SparkContext.stop()`` (``spark.stop()``) waits for every adapter's commit, stops the
-  context, waits for a commit that started meanwhile (Spark stopped under it: it
-  finishes in this process, ``core.recovery``), then raises the first failure;
+* ``SparkContext.stop()`` (``spark.stop()``) waits for every adapter's commit (at most
+  ``STOP_WAIT_S``: a commit whose tasks find no executor must not hold the stop for
+  ever), stops the context, waits for a commit still running (Spark stopped under it:
+  it finishes in this process, ``core.recovery``), then raises the first failure;
+  ``SparkSession.stop()`` raises it after pyspark's own clean-up of the session;
 * at the interpreter's exit, a failure no one raised is logged as an error
   (``query.end_failed``) and printed, and the process exits with status 1
   (``EXIT_STATUS``; Python offers no other way to change it then than ``os._exit``,
@@ -44,7 +46,6 @@ import logging
 import os
 import sys
 import threading
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,9 @@ if TYPE_CHECKING:
 
 EXIT_STATUS = 1
 """The interpreter's exit status when a background commit failed and no one raised it."""
+STOP_WAIT_S = float(os.environ.get("SPARKEOS_STOP_WAIT_SECONDS", "300"))
+"""How long ``spark.stop()`` waits for background commits while Spark can still run
+their tasks; past it, the context stops and they finish in this process."""
 _WRAPPED = "__sparkeos_ending__"
 
 
@@ -87,7 +91,7 @@ def _in_turn(steps: list[Callable[[], None]]) -> None:
     for step in steps:
         try:
             step()
-        except Exception as exc:
+        except BaseException as exc:
             failures.append(exc)
     for later in failures[1:]:
         log_event("query.end_failed", logging.ERROR, cause=describe_cause(later))
@@ -96,10 +100,11 @@ def _in_turn(steps: list[Callable[[], None]]) -> None:
 
 
 def _wrap_pyspark() -> None:
-    """Wrap pyspark's classic ``StreamingQuery.stop`` / ``awaitTermination`` and
-    ``SparkContext.stop``, once per process."""
+    """Wrap pyspark's classic ``StreamingQuery.stop`` / ``awaitTermination``,
+    ``SparkContext.stop`` and ``SparkSession.stop``, once per process."""
     try:
         from pyspark import SparkContext
+        from pyspark.sql import SparkSession
         from pyspark.sql.streaming.query import StreamingQuery
     except ImportError:
         return
@@ -108,6 +113,7 @@ def _wrap_pyspark() -> None:
     _wrap(StreamingQuery, "stop", _query_stop)
     _wrap(StreamingQuery, "awaitTermination", _query_await)
     _wrap(SparkContext, "stop", _context_stop)
+    _wrap(SparkSession, "stop", _session_stop)
 
 
 def _wrap(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
@@ -135,10 +141,76 @@ def _query_await(original: Callable[..., Any], query: Any, *args: Any,
 
 
 def _context_stop(original: Callable[..., Any], context: Any) -> None:
-    # After the stop: a commit that started meanwhile, which Spark stopped under, ends in
-    # this process (core.recovery).
-    _in_turn([before_context_stop, functools.partial(original, context),
-              before_context_stop])
+    # After the stop: a commit still running, which Spark stopped under, ends in this
+    # process (core.recovery).
+    waiting = _Bounded(before_context_stop)
+    failure = _collect(_in_turn, [waiting.run, functools.partial(original, context),
+                                  before_context_stop, waiting.finish])
+    if failure is None:
+        return
+    deferred = getattr(_DEFERRING, "failures", None)
+    if deferred is not None:  # SparkSession.stop raises it after its own clean-up
+        deferred.append(failure)
+        return
+    raise failure
+
+
+def _session_stop(original: Callable[..., Any], session: Any) -> None:
+    """pyspark's ``SparkSession.stop`` stops the context first and clears the session
+    after: a failure of the context's stop is raised once that is done."""
+    _DEFERRING.failures = []
+    try:
+        original(session)
+    finally:
+        failures, _DEFERRING.failures = _DEFERRING.failures, None
+    if failures:
+        raise failures[0]
+
+
+def _collect(run: Callable[[list[Callable[[], None]]], None],
+             steps: list[Callable[[], None]]) -> BaseException | None:
+    try:
+        run(steps)
+    except BaseException as exc:
+        return exc
+    return None
+
+
+class _Bounded:
+    """``step`` on a thread of its own, waited for at most ``STOP_WAIT_S`` (``run``);
+    ``finish`` waits for it to end and raises its failure (nothing is lost if ``run``
+    stopped waiting)."""
+
+    def __init__(self, step: Callable[[], None]) -> None:
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._target, args=(step,), daemon=True,
+                                       name="sparkeos-before-context-stop")
+
+    def _target(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except BaseException as exc:
+            self.failure = exc
+
+    def run(self) -> None:
+        self.thread.start()
+        self.thread.join(STOP_WAIT_S)
+        if self.thread.is_alive():
+            log_event("query.end_waiting", logging.WARNING, seconds=STOP_WAIT_S,
+                      detail="a background commit did not end while Spark's context "
+                      "could still run its tasks: the context stops now, and the commit "
+                      "ends in this process",
+                      fix="raise SPARKEOS_STOP_WAIT_SECONDS, or stop the queries "
+                      "(query.stop()) before the session")
+        elif self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+
+    def finish(self) -> None:
+        self.thread.join()
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
 
 
 def _at_exit() -> None:
@@ -146,11 +218,11 @@ def _at_exit() -> None:
     interpreter exits with ``EXIT_STATUS``. Registered when this module is imported
     (with ``exactly_once``), so it runs after the ``atexit`` functions registered later;
     Python joined the commit threads before any of them."""
-    failures: list[tuple[str, Exception]] = []
+    failures: list[tuple[str, BaseException]] = []
     for adapter in list(_ADAPTERS):
         try:
             adapter.flush()
-        except Exception as exc:
+        except BaseException as exc:
             failures.append((adapter.name, exc))
     if not failures:
         return
@@ -168,6 +240,9 @@ def _at_exit() -> None:
 
 
 _LOCK = threading.Lock()
-_ADAPTERS: weakref.WeakSet[ForeachBatchAdapter] = weakref.WeakSet()
-"""Every adapter with ``overlap_commits`` of this process."""
+_ADAPTERS: set[ForeachBatchAdapter] = set()
+"""Every adapter with ``overlap_commits`` of this process, held (py4j's callback pool
+may be the only other holder of one whose commit still runs)."""
+_DEFERRING = threading.local()
+"""In ``SparkSession.stop``: the failures of the context's stop, raised after it."""
 atexit.register(_at_exit)

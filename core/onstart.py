@@ -32,6 +32,7 @@ from .group import SinkGroup, for_checkpoint
 from .observe import log_event
 from .protocol import TransactionalSink
 from .spark import is_connect, is_temporary_checkpoint, query_checkpoint_in
+from .stores import settings as store_settings
 
 if TYPE_CHECKING:
     from .adapter import ForeachBatchAdapter
@@ -72,15 +73,19 @@ class Finishing:
     def __init__(self, session: Any, sink: AnySink, config: CoordinatorConfig,
                  query_id: str) -> None:
         self.error: BaseException | None = None
+        # A new thread has no active session to read the stores' settings from
+        # (``fs.s3a.endpoint``...): they go with it (``core.stores.settings``).
+        locations = store_settings.captured_from(session)
         self.thread = threading.Thread(
-            target=self._run, args=(session, sink, config, query_id), daemon=False,
-            name=f"sparkeos-onstart-{config.name}")
+            target=self._run, args=(session, sink, config, query_id, locations),
+            daemon=False, name=f"sparkeos-onstart-{config.name}")
         self.thread.start()
 
     def _run(self, session: Any, sink: AnySink, config: CoordinatorConfig,
-             query_id: str) -> None:
+             query_id: str, locations: dict[str, str]) -> None:
         try:
-            finish_decided(session, sink, config, query_id)
+            with store_settings.using(locations):
+                finish_decided(session, sink, config, query_id)
         except BaseException as exc:
             self.error = exc
             log_event("onstart.commit_failed", logging.WARNING, sink=config.name,

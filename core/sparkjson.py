@@ -18,7 +18,7 @@ every route):
 * strings with Jackson's escapes (``\\"``, ``\\\\``, ``\\n``... and ``\\u00XX`` for the
   other control characters; everything else as UTF-8);
 * binary as base64; dates as ``yyyy-MM-dd``; timestamps as
-  ``yyyy-MM-dd'T'HH:mm:ss.SSSXXX`` in the session time zone (the zone the batch's
+  ``yyyy-MM-dd'T'HH:mm:ss[.SSS][XXXXX]`` in the session time zone (the zone the batch's
   Arrow type carries; ``Z`` for UTC, an offset's seconds where it has them, as a local
   mean time does: ``-07:52:58``); timestamps without a time zone as
   ``yyyy-MM-dd'T'HH:mm:ss.SSS``; years below 0 or above 9999 with their sign, as Java;

@@ -54,6 +54,8 @@ _ESCAPED = frozenset('"#%\'*/:=?\\\x7f{[]^') | frozenset(chr(c) for c in range(1
 """What Spark's ``ExternalCatalogUtils.escapePathName`` escapes."""
 ANSI = "spark.sql.ansi.enabled"
 TIME_PARSER_POLICY = "spark.sql.legacy.timeParserPolicy"
+SECOND_OFFSETS = "spark.sql.files.supportSecondOffsetFormat"
+"""True by default: Spark's JSON writer then writes an offset's seconds (``XXXXX``)."""
 
 _MICROS = 1_000_000
 _LAST_DAY = 2932896
@@ -143,6 +145,8 @@ class SessionText:
     """``spark.sql.ansi.enabled``: a decimal's ``CAST`` is plain digits under ANSI."""
     time_parser_policy: str = "CORRECTED"
     """``spark.sql.legacy.timeParserPolicy``."""
+    second_offsets: bool = True
+    """``spark.sql.files.supportSecondOffsetFormat``."""
 
     @classmethod
     def current(cls) -> SessionText:
@@ -152,10 +156,12 @@ class SessionText:
         which a Python worker inherits)."""
         ansi = task_property(ANSI)
         policy = task_property(TIME_PARSER_POLICY)
+        seconds = task_property(SECOND_OFFSETS)
         return cls(
             ansi=(ansi.strip().lower() == "true" if ansi is not None
                   else os.environ.get("SPARK_ANSI_SQL_MODE") != "false"),
-            time_parser_policy=(policy or "CORRECTED").strip().upper())
+            time_parser_policy=(policy or "CORRECTED").strip().upper(),
+            second_offsets=seconds is None or seconds.strip().lower() != "false")
 
     def check_calendar(self) -> None:
         """Refuse the legacy formatter of dates and timestamps (hybrid Julian calendar)."""
@@ -165,6 +171,17 @@ class SessionText:
                 "its legacy formatter (the hybrid Julian calendar), whose text sparkeos "
                 "does not reproduce",
                 fix=f"unset {TIME_PARSER_POLICY} (or set it to CORRECTED) for this query")
+
+    def check_offset_format(self) -> None:
+        """Refuse Spark's JSON offsets without seconds (``XXX``), which sparkeos does not
+        write: its text of an offset is the default's (``XXXXX``)."""
+        if not self.second_offsets:
+            raise ConfigurationError(
+                f"{SECOND_OFFSETS}=false: Spark then writes JSON timestamps' offsets "
+                "without their seconds (-07:52 for -07:52:58, Z for an offset under a "
+                "minute), which sparkeos does not reproduce",
+                fix=f"unset {SECOND_OFFSETS} (its default, true, is what sparkeos writes) "
+                "for this query")
 
 
 # -- dates and timestamps ------------------------------------------------------------------
@@ -219,15 +236,17 @@ def cast_timestamp_text(array: pa.Array, session: SessionText | None = None) -> 
 
 
 def json_timestamp_text(array: pa.Array, session: SessionText | None = None) -> pa.Array:
-    """Spark's JSON text of timestamps: ``yyyy-MM-dd'T'HH:mm:ss.SSSXXX`` in the session
+    """Spark's JSON text of timestamps: ``yyyy-MM-dd'T'HH:mm:ss[.SSS][XXXXX]`` in the session
     zone (``Z`` for UTC, seconds in the offset where it has them: ``-07:52:58``), and
     ``yyyy-MM-dd'T'HH:mm:ss.SSS`` for timestamp_ntz. Milliseconds are floored, as
     Java's formatter drops the rest."""
-    (session or SessionText.current()).check_calendar()
+    session = session or SessionText.current()
+    session.check_calendar()
     local, offsets = local_micros(array)
     text = pc.replace_substring(_local_text(np.floor_divide(local, 1000), "ms"), " ", "T",
                                 max_replacements=1)
     if offsets is not None:
+        session.check_offset_format()
         text = pc.binary_join_element_wise(text, _offset_text(offsets), pa.scalar(""))
     return pc.if_else(array.is_valid(), text, pa.scalar(None, pa.string()))
 

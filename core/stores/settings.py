@@ -194,8 +194,9 @@ def _carried(name: str) -> str | None:
     if own is not None:
         return own.get(name)
     with _lock:
-        values = sorted({s[name] for s in _open.values() if s.get(name)})
-    if len(values) > 1:
+        found = {s.get(name) or None for s in _open.values()}
+    if len(found) > 1:  # a block without the setting differs from one with it
+        values = sorted(str(v) if v else "(none)" for v in found)
         raise ConfigurationError(
             f"this thread runs outside the format calls of this process, and two of them "
             f"carry different values of spark.hadoop.{name} ({', '.join(values)}): it "
@@ -203,7 +204,7 @@ def _carried(name: str) -> str | None:
             fix="run the work in the thread of the format call, or start its thread in a "
             "copy of that thread's context (contextvars.copy_context().run); this is a "
             "bug of the code that started the thread: please report it")
-    return values[0] if values else None
+    return next(iter(found), None)
 
 
 def _session_setting(key: str) -> str | None:

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from sparkeos.core import sparktext
 from sparkeos.core.errors import ConfigurationError, DataRejectedError
 from sparkeos.core.sparkjson import json_values
 from sparkeos.core.sparktext import (
@@ -144,3 +145,15 @@ def test_the_plain_range_shortcut_writes_what_the_general_path_writes(
     plain_only = array.filter(pa.array([v is not None and 1e-3 <= abs(v) < 1e7
                                         for v in array.to_pylist()]))
     assert double_text(plain_only).to_pylist() == _double_text_general(plain_only).to_pylist()
+
+
+def test_json_offsets_without_seconds_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``spark.sql.files.supportSecondOffsetFormat=false``: Spark writes ``-07:52`` for
+    Los Angeles' local mean time; sparkeos refuses rather than write other bytes."""
+    props = {"spark.sql.files.supportSecondOffsetFormat": "false"}
+    monkeypatch.setattr(sparktext, "task_property", props.get)
+    values = pa.array([-3000000000000000], pa.timestamp("us", tz="America/Los_Angeles"))
+    with pytest.raises(ConfigurationError, match="supportSecondOffsetFormat"):
+        json_timestamp_text(values)
+    naive = pa.array([-3000000000000000], pa.timestamp("us"))
+    assert json_timestamp_text(naive).to_pylist() == ["1874-12-07T18:40:00.000"]

@@ -335,3 +335,43 @@ def _run_threads(*targets: Callable[..., object], args: tuple[Any, ...] = ()) ->
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def test_a_block_without_the_setting_disagrees_with_one_that_has_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Query A carries an endpoint, query B none (Amazon S3): a thread of B's started
+    without a copy of B's context must not take A's endpoint; it is refused."""
+    import threading
+
+    from sparkeos.core.errors import ConfigurationError
+    from sparkeos.core.stores import settings
+
+    monkeypatch.setattr(settings, "_session_setting", lambda key: None)
+    monkeypatch.setattr(settings, "_task_property", lambda key: None)
+    seen: dict[str, Any] = {}
+    a_open, b_done = threading.Event(), threading.Event()
+
+    def query_a() -> None:
+        with settings.using({"fs.s3a.endpoint": "http://store-a:9000"}):
+            a_open.set()
+            b_done.wait()
+
+    def query_b() -> None:
+        a_open.wait()
+        with settings.using({}):
+            def work() -> None:
+                try:
+                    seen["endpoint"] = settings.hadoop_setting("fs.s3a.endpoint")
+                except ConfigurationError as exc:
+                    seen["refused"] = str(exc)
+            worker = threading.Thread(target=work)
+            worker.start()
+            worker.join()
+        b_done.set()
+
+    threads = [threading.Thread(target=query_a), threading.Thread(target=query_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert "endpoint" not in seen and "(none)" in seen["refused"]
