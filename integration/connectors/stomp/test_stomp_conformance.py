@@ -144,6 +144,8 @@ class TestStompSinkStagedS3(StoreWireFaultCases, InProcessConformance, StagingOn
     # The replay rule is the sink's: one case of it with the records on the store.
     test_exactly_once_replay_partitioned_otherwise = None
     test_at_least_once_replay_partitioned_as_before_loses_nothing = None
+    test_at_least_once_replay_shuffled_writes_nothing_again = None
+    test_at_least_once_queries_are_told_apart_by_spark_query_id = None
     test_a_switch_to_exactly_once_over_a_half_written_batch = None
 
     def leftovers(self, workdir: str) -> list[str] | None:
