@@ -174,7 +174,7 @@ def count_output(mode: str, fmt: str, out: str) -> tuple[int, int]:
     # Spark's part files (pyarrow.dataset's JSON reader hangs on these; read file by file).
     import pyarrow.json as pj
 
-    from sparkeos.core.files import split_uri
+    from sparkeos.core.storage.registry import split_uri
 
     files, root = split_uri(out)
     rows = 0
@@ -190,7 +190,7 @@ def count_output(mode: str, fmt: str, out: str) -> tuple[int, int]:
 
 
 def remove(location: str) -> None:
-    from sparkeos.core.files import split_uri
+    from sparkeos.core.storage.registry import split_uri
 
     files, path = split_uri(location)
     files.delete(path)
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows_per_batch < 1 or args.batches < 1 or args.repeats < 1:
         parser.error("--rows-per-batch, --batches and --repeats must be >= 1")
 
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     work = args.work_dir or tempfile.mkdtemp(prefix="sparkeos-bench-")
     os.makedirs(work, exist_ok=True)

@@ -57,7 +57,7 @@ def child(mode: str, work: str) -> int:
     """One job in this process: prints one JSON line with the first batch's figures."""
     from sparkeos import exactly_once
     from sparkeos.connectors.file import FileSink, read_output
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     spark = local_session("sparkeos-first-batch", "local[2]",
                           {"spark.ui.showConsoleProgress": "false"})

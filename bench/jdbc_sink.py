@@ -216,7 +216,7 @@ def main() -> int:
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
 
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     dsn = pg_dsn()
     conf = {"spark.jars": jdbc_jar()} if "spark_jdbc" in modes else {}

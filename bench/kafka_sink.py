@@ -241,7 +241,7 @@ def main(argv: list[str]) -> int:
         producer_config["linger.ms"] = args.linger_ms
 
     sys.path.insert(0, ROOT)
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     conf = {"spark.sql.shuffle.partitions": str(args.partitions),
             "spark.ui.showConsoleProgress": "false"}

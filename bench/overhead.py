@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(kind: str, args: Any, work: str, input_dir: str, warm_dir: str) -> float:
     """exactly-once minus plain median addBatch, in one session of ``kind``."""
-    from sparkeos.core.spark import connect_session, local_session
+    from sparkeos.core.streaming.spark import connect_session, local_session
 
     conf = {"spark.ui.showConsoleProgress": "false"}
     spark = (connect_session if kind == "connect" else local_session)(

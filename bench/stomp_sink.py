@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     url, started_here = (args.url, False) if args.url else local_artemis()
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     spark = local_session("sparkeos-bench-stomp-sink", args.master)
     workdir = tempfile.mkdtemp(prefix="sparkeos-bench-stomp-")

@@ -141,7 +141,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     url, started_here = local_artemis()
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     spark = local_session("sparkeos-bench-stomp-source", args.master)
     root = tempfile.mkdtemp(prefix="sparkeos-bench-stomp-source-")

@@ -1,13 +1,32 @@
-"""The two-phase snapshot core. Knows nothing about any connector."""
+"""The two-phase snapshot core. Knows nothing about any connector.
+
+At the top, what a connector author imports: the contract (``protocol``), ``errors``,
+``config``, ``observe``, the fault points and steps a participant marks (``faults``,
+``steps``) and the helpers (``dedup``, ``idempotent``). The rooms below
+(docs/architecture.md): ``snapshot`` (the protocol), ``storage`` (file systems and the
+commit log's stores), ``text`` (Spark's text and records) and ``streaming`` (Spark's
+entry points).
+"""
 
 from typing import TYPE_CHECKING
 
+from . import moved
 from .lazy import lazy_exports
 
+moved.install()
+
 if TYPE_CHECKING:
-    from .adapter import ForeachBatchAdapter, at_least_once, exactly_once, with_guarantee
+    from sparkeos.core.snapshot.coordinator import Coordinator
+    from sparkeos.core.snapshot.tasks import BatchRunner
+    from sparkeos.core.snapshot.txpool import AttemptRange, TransactionPool
+    from sparkeos.core.streaming.adapter import (
+        ForeachBatchAdapter,
+        at_least_once,
+        exactly_once,
+        with_guarantee,
+    )
+
     from .config import CoordinatorConfig, Guarantee
-    from .coordinator import Coordinator
     from .errors import (
         AttemptFencedError,
         CommitLogError,
@@ -22,22 +41,20 @@ if TYPE_CHECKING:
     )
     from .observe import BatchMetrics, enable_json_logging
     from .protocol import CommitLocation, Receipt, Transaction, TransactionalSink, TxnState
-    from .tasks import BatchRunner
-    from .txpool import AttemptRange, TransactionPool
 
 __getattr__ = lazy_exports(__name__, {
     "AttemptFencedError": ".errors",
-    "AttemptRange": ".txpool",
+    "AttemptRange": ".snapshot.txpool",
     "BatchMetrics": ".observe",
-    "BatchRunner": ".tasks",
+    "BatchRunner": ".snapshot.tasks",
     "CommitLocation": ".protocol",
     "CommitLogError": ".errors",
     "ConfigurationError": ".errors",
-    "Coordinator": ".coordinator",
+    "Coordinator": ".snapshot.coordinator",
     "CoordinatorConfig": ".config",
     "DataLossError": ".errors",
     "DataRejectedError": ".errors",
-    "ForeachBatchAdapter": ".adapter",
+    "ForeachBatchAdapter": ".streaming.adapter",
     "Guarantee": ".config",
     "Receipt": ".protocol",
     "RetriableError": ".errors",
@@ -46,13 +63,13 @@ __getattr__ = lazy_exports(__name__, {
     "Transaction": ".protocol",
     "TransactionAbortedError": ".errors",
     "TransactionIdCollisionError": ".errors",
-    "TransactionPool": ".txpool",
+    "TransactionPool": ".snapshot.txpool",
     "TransactionalSink": ".protocol",
     "TxnState": ".protocol",
-    "at_least_once": ".adapter",
+    "at_least_once": ".streaming.adapter",
     "enable_json_logging": ".observe",
-    "exactly_once": ".adapter",
-    "with_guarantee": ".adapter",
+    "exactly_once": ".streaming.adapter",
+    "with_guarantee": ".streaming.adapter",
 })
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Configuration shared by every sink: guarantees and coordinator settings."""
+"""Configuration shared by every sink: guarantees, coordinator settings, and the
+session settings Spark carries into a task (``task_property``)."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class CoordinatorConfig:
     become visible after Spark saw the batch end (``BatchMetrics.visible_ms``), so
     ``processAllAvailable()`` no longer means "committed": call the adapter's
     ``flush()``. The end of the query, of Spark's context and of the driver wait for
-    the last commit and raise its failure (``core.ending``). A failure of a background
+    the last commit and raise its failure (``core.streaming.ending``). A failure of a background
     phase 2 stops the query at the next batch; the batch stays decided and the next
     recovery commits it. Default ``False``.
     """
@@ -130,3 +131,16 @@ class CoordinatorConfig:
         if not self.lease_ttl_s > 0:
             raise ConfigurationError(f"lease_ttl_s={self.lease_ttl_s} must be > 0",
                                      sink=self.name)
+
+
+def task_property(key: str) -> str | None:
+    """The running Spark task's local property ``key`` (Spark puts there every setting
+    the query's session sets); None outside a task, or where it is not set."""
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        value = context.getLocalProperty(key) if context is not None else None
+    except Exception:
+        return None
+    return str(value) if value else None

@@ -13,7 +13,8 @@ import json
 import re
 from collections.abc import Iterable
 
-from .commitlog import Store
+from sparkeos.core.snapshot.commitlog import Store
+
 from .errors import ConfigurationError
 
 _SNAPSHOT = re.compile(r"^seen-ids\.(\d{20})\.json$")

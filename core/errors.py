@@ -99,7 +99,7 @@ class RetriableError(SparkEOSError):
 class SparkStoppedError(RetriableError):
     """Spark's context stopped (``spark.stop()``, the application ended) under work that
     needs its tasks. Phase 2 of a decided batch then finishes in the driver's process
-    (``core.recovery``); anywhere else the query's restart does the work again."""
+    (``core.snapshot.recovery``); anywhere else the query's restart does the work again."""
 
 
 class TransactionAbortedError(SparkEOSError):
@@ -145,7 +145,7 @@ class DataLossError(SparkEOSError):
 class ReplayUndecidableError(SparkEOSError):
     """The replay rule cannot tell whether a decided participant's rows are the ones on
     record as committed (a receipt or marker without a fingerprint): under exactly-once
-    the commit is refused rather than risk a duplicate or a loss (``core.replay``)."""
+    the commit is refused rather than risk a duplicate or a loss (``core.snapshot.replay``)."""
 
 
 _EXCEPTION_NAME = re.compile(r"[A-Za-z_][\w.]*")

@@ -84,7 +84,7 @@ COUNTED_POINT = "kill_once_spark_counted"
 commit, until Spark's own commit log holds the batch (``<checkpoint>/commits/<batch>``:
 Spark counts it done, and a restart will not run it again), then kills the driver. A
 restart without new input runs no batch: what finishes this one is the start hook
-(``core.onstart``)."""
+(``core.streaming.onstart``)."""
 BARRIER_ENV = "SPARKEOS_FAULT_DIR"
 KILL_GROUP_ENV = "SPARKEOS_FAULT_KILL_GROUP"
 """A process group to kill for a driver crash. Under Spark Connect the foreachBatch
@@ -367,3 +367,14 @@ class SourceFaults:
               file=sys.stderr, flush=True)
         os.killpg(os.getpgid(0), signal.SIGKILL)
         time.sleep(60)
+
+
+def task_attempt_number() -> int:
+    """The running Spark task's attempt number (0 outside a Spark task)."""
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+    except ImportError:
+        return 0
+    return context.attemptNumber() if context is not None else 0

@@ -5,7 +5,7 @@ its own (its lookup of data sources, at each session's first format; the creatio
 format's data source, at each query's first batch). Those processes need the format's
 class and nothing else, so the packages on that path (``sparkeos``, ``sparkeos.core``,
 the connectors) export their names lazily: ``from sparkeos.core import Coordinator``
-imports ``sparkeos.core.coordinator`` then, not before.
+imports ``sparkeos.core.snapshot.coordinator`` then, not before.
 """
 
 from __future__ import annotations

@@ -31,9 +31,9 @@ Rules every implementation must keep (the conformance suite checks them):
   has its own ``txn_id``. ``begin``, ``write``, ``prepare`` and ``abort`` touch only
   their own attempt's state, never another ID's. If the destination serialises
   attempts (a row lock), ``begin`` may wait or fail.
-* The replay rule (``core.replay``). An attempt may write nothing because its (batch,
+* The replay rule (``core.snapshot.replay``). An attempt may write nothing because its (batch,
   partition) was committed before only when what was committed holds the same rows
-  (``core.fingerprint.Written``, recorded with the marker): Spark replays a batch's
+  (``core.snapshot.fingerprint.Written``, recorded with the marker): Spark replays a batch's
   input, not its partitioning, so partition ``p`` of a replay may hold other rows than
   the partition ``p`` that committed. Decide at ``prepare``, say so in the receipt
   (``REPLAY_KEY``); otherwise write again (at-least-once may duplicate, never lose).
@@ -73,8 +73,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
+from sparkeos.core.snapshot.txpool import AttemptRange, Transaction
+
 from .config import Guarantee
-from .txpool import AttemptRange, Transaction
 
 __all__ = [
     "AttemptRange",

@@ -88,7 +88,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def spark_class_archive() -> None:
     """Spark starts from a class-data archive (made once per JDK and Spark: about 15 s),
     in this process and in every job it starts (they inherit the variable)."""
-    from sparkeos.core.spark import CDS_ENV
+    from sparkeos.core.streaming.spark import CDS_ENV
     from sparkeos.testing.cds import ensure_archive
 
     if os.environ.get(CDS_ENV) is None:
@@ -100,7 +100,7 @@ def spark_class_archive() -> None:
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local SparkSession for the in-process integration tests."""
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     session = local_session("sparkeos-integration", "local[2]")
     yield session

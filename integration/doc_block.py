@@ -69,13 +69,13 @@ def _run_block(spec: dict[str, Any]) -> None:
     sys.modules[module.__name__] = module
     namespace: dict[str, Any] = module.__dict__
     if "orders =" not in code:
-        from sparkeos.core.spark import local_session
+        from sparkeos.core.streaming.spark import local_session
 
         spark = local_session("doc-block")
         namespace["orders"] = (spark.readStream.schema("order_id long, payload string")
                                .json(spec["input"]))
     if "spark" in code and "spark =" not in code and "spark" not in namespace:
-        from sparkeos.core.spark import local_session
+        from sparkeos.core.streaming.spark import local_session
 
         namespace["spark"] = local_session("doc-block")
     exec(compile(code, spec["source"], "exec"), namespace)
@@ -87,7 +87,7 @@ def _run_block(spec: dict[str, Any]) -> None:
             raise RuntimeError(f"the block's query failed: {query.exception()}")
     write = namespace.get("write")
     if callable(write):
-        from sparkeos.core.spark import local_session
+        from sparkeos.core.streaming.spark import local_session
 
         spark = local_session("doc-block")
         write(spark.createDataFrame([(1, "a"), (2, "b")], "order_id long, payload string"), 0)
@@ -98,7 +98,8 @@ def _run_sinks(namespace: dict[str, Any], workdir: str) -> None:
     import dataclasses
 
     from sparkeos.core import Coordinator, CoordinatorConfig, TransactionalSink
-    from sparkeos.core.commitlog import CommitLog, LocalStore
+    from sparkeos.core.snapshot.commitlog import CommitLog
+    from sparkeos.core.storage.logstores import LocalStore
     from sparkeos.testing.inprocess import ListRunner
 
     for value in list(namespace.values()):

@@ -20,10 +20,7 @@ from unittest import mock
 import pytest
 
 from sparkeos.connectors.file import FileSink, read_output
-from sparkeos.core.adapter import ForeachBatchAdapter, claim_sink_name
-from sparkeos.core.commitlog import OUTCOME, CommitLog, LocalStore, record_name
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import (
     CommitLogError,
     ConfigurationError,
@@ -34,7 +31,11 @@ from sparkeos.core.errors import (
     TransactionAbortedError,
     TransactionIdCollisionError,
 )
-from sparkeos.core.files import split_uri
+from sparkeos.core.snapshot.commitlog import OUTCOME, CommitLog, record_name
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.storage.logstores import LocalStore
+from sparkeos.core.storage.registry import split_uri
+from sparkeos.core.streaming.adapter import ForeachBatchAdapter, claim_sink_name
 from sparkeos.testing.conformance import assert_exactly_once
 from sparkeos.testing.inprocess import ListRunner
 
@@ -392,7 +393,7 @@ def file_path_is_a_file(w: World, case: Case) -> None:
 
 
 def file_not_shared(w: World, case: Case) -> None:
-    from sparkeos.core.fsutil import MARK_PREFIX
+    from sparkeos.core.storage.fsutil import MARK_PREFIX
 
     out = w.tmp / "out"
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sparkeos.core.files import split_uri
+from sparkeos.core.storage.registry import split_uri
 
 
 def run_demo(tmp_path, *args):

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from sparkeos.cli import main as cli
-from sparkeos.core.adapter import ForeachBatchAdapter
-from sparkeos.core.commitlog import CommitLog, LocalStore, sink_log_location
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import SparkEOSError
 from sparkeos.core.protocol import TransactionalSink
+from sparkeos.core.snapshot.commitlog import CommitLog, sink_log_location
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.storage.logstores import LocalStore
+from sparkeos.core.streaming.adapter import ForeachBatchAdapter
 from sparkeos.testing.inprocess import ListRunner
 
 CANARY = "canary-s3cret-7f41"
@@ -104,7 +105,7 @@ def test_file_sink_on_an_object_store_never_shows_its_credentials(
         s3: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture,
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from sparkeos.connectors.file import FileSink
-    from sparkeos.core.stores import s3 as objectstore
+    from sparkeos.core.storage.stores import s3 as objectstore
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CANARY)  # the local store takes any
     monkeypatch.setattr(objectstore, "_clients", {})  # a client made with the canary

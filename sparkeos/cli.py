@@ -11,14 +11,15 @@ import sys
 import time
 from typing import Any
 
-from sparkeos.core.commitlog import BatchState, CommitLog, open_store
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import ConfigurationError, QueryRunningError, SparkEOSError
-from sparkeos.core.group import load_sink
-from sparkeos.core.lease import lease_held
 from sparkeos.core.protocol import Transaction, TxnState
-from sparkeos.core.txpool import AttemptRange, TransactionPool
+from sparkeos.core.snapshot.commitlog import BatchState, CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.snapshot.group import load_sink
+from sparkeos.core.snapshot.lease import lease_held
+from sparkeos.core.snapshot.txpool import AttemptRange, TransactionPool
+from sparkeos.core.storage.logstores import open_store
 
 
 def _sink_logs(checkpoint: str, only: str | None, spark: Any) -> list[tuple[str, CommitLog]]:
@@ -229,7 +230,7 @@ def _recover(args: argparse.Namespace, spark: Any) -> int:
         try:
             # Also sweeps what late task attempts left behind in finished batches.
             # The lease is read again once the log is: a run begun by a live query was
-            # begun after its lease was written (core/lease.py), so it is refused here.
+            # begun after its lease was written (core/snapshot/lease.py), so it is refused here.
             actions = coordinator.recover(
                 full=True, guard=None if args.force else functools.partial(check_lease, name, log))
         finally:
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spark = None
     if args.spark:
-        from sparkeos.core.spark import local_session
+        from sparkeos.core.streaming.spark import local_session
 
         spark = local_session("sparkeos-cli")
     try:

@@ -255,7 +255,7 @@ def _fault_proxy() -> Any:
 
 def _fresh_store(uri: str) -> str:
     """``uri`` emptied (the demo's outputs and checkpoints only)."""
-    from sparkeos.core.files import split_uri
+    from sparkeos.core.storage.registry import split_uri
 
     files, path = split_uri(uri)
     files.delete(path)

@@ -26,11 +26,11 @@ def register(spark: Any) -> list[str]:
     The session's object-store locations (``spark.hadoop.fs.s3a.endpoint``...; never
     credentials) go with the registered formats: Spark gives a format's planner and
     committer no session, so without them an ``s3a://`` checkpoint there would be looked
-    for on Amazon S3 (``core.stores.settings``). So do the settings a format's sink
+    for on Amazon S3 (``core.storage.stores.settings``). So do the settings a format's sink
     follows as Spark's own sink does (``spark.sql.parquet.outputTimestampType``...:
     ``SinkFormat.session_settings``). Register after setting them."""
-    from sparkeos.core.spark import session_settings
-    from sparkeos.core.stores.settings import captured_from
+    from sparkeos.core.storage.stores.settings import captured_from
+    from sparkeos.core.streaming.spark import session_settings
 
     locations = captured_from(spark)
     names = []

@@ -8,11 +8,12 @@ import pytest
 
 from sparkeos.cli import main
 from sparkeos.connectors.file import FileSink, read_output
-from sparkeos.core.adapter import ForeachBatchAdapter
-from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import FaultPlan, InjectedCrash
+from sparkeos.core.snapshot.commitlog import CommitLog, sink_log_location
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.storage.logstores import open_store
+from sparkeos.core.streaming.adapter import ForeachBatchAdapter
 from sparkeos.testing.inprocess import ListRunner
 
 
@@ -121,7 +122,7 @@ def test_status_shows_what_it_can_read_of_a_corrupt_log(tmp_path, capsys):
     import json
     import os
 
-    from sparkeos.core.commitlog import OUTCOME, record_name
+    from sparkeos.core.snapshot.commitlog import OUTCOME, record_name
 
     ckpt, _ = crashed_checkpoint(tmp_path, "after_decided")
     log_dir = os.path.join(ckpt, "sparkeos", "files")
@@ -142,7 +143,7 @@ def test_status_shows_what_it_can_read_of_a_corrupt_log(tmp_path, capsys):
 
 def test_recover_and_probe_a_sink_group(tmp_path, capsys):
     """A group's commit log: status probes every member, recover commits both."""
-    from sparkeos.core.group import SinkGroup
+    from sparkeos.core.snapshot.group import SinkGroup
 
     ckpt = str(tmp_path / "ckpt")
     outs = {"a": str(tmp_path / "a"), "b": str(tmp_path / "b")}
@@ -172,7 +173,8 @@ def test_a_record_purged_while_it_is_read_is_left_out(tmp_path, capsys, monkeypa
     """The running query purges batch 0's records (in its order: begun, outcome,
     finished) between the CLI's listing and its reading them. `status` and `recover`
     carry on without batch 0 (a FileNotFoundError traceback before)."""
-    from sparkeos.core.commitlog import LocalStore, record_name
+    from sparkeos.core.snapshot.commitlog import record_name
+    from sparkeos.core.storage.logstores import LocalStore
 
     ckpt, out = crashed_checkpoint(tmp_path, "after_decided")
     purged = [record_name(0, "begun", 0), record_name(0, "outcome", 0),
@@ -203,7 +205,7 @@ def test_recover_reads_the_lease_again_after_the_log(tmp_path, capsys, monkeypat
     import socket
     import time
 
-    from sparkeos.core import recovery
+    from sparkeos.core.snapshot import recovery
 
     ckpt, _ = crashed_checkpoint(tmp_path, "after_all_prepared")
     log = CommitLog(open_store(sink_log_location(ckpt, "files")))

@@ -3,7 +3,7 @@
 the file sink can honour it (``path``, Parquet's ``compression``), the layout of
 ``partitionBy`` as ``sparkeos.partitionBy`` (Spark never passes ``.partitionBy(...)`` to
 a Python sink), and the ``sparkeos.*`` options every format shares
-(``core.streamformat``).
+(``core.streaming.streamformat``).
 
 Spark's Parquet writer follows session settings (``spark.sql.parquet.*``) that Spark
 does not give a Python data source: ``sparkeos-parquet`` has them from
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.streamformat import Options, SinkFormat
+from sparkeos.core.streaming.streamformat import Options, SinkFormat
 
 from .parquet import SETTINGS as PARQUET_SETTINGS
 

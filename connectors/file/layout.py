@@ -2,7 +2,7 @@
 ``<path>/<column>=<value>/.../part-*.<ext>``, the partition columns in the directory
 names and not in the files.
 
-A directory's name is Spark's (``core/sparktext.py`` decides it for both routes, in the
+A directory's name is Spark's (``core/text/sparktext.py`` decides it for both routes, in the
 task, from the Arrow batch): the value as Spark's ``CAST(value AS STRING)`` writes it
 in the session's time zone and settings, escaped as Spark's
 ``ExternalCatalogUtils.escapePathName`` escapes it (``%XX`` for ``/``, ``=``, ``:``,
@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
-from sparkeos.core.sparktext import (
+from sparkeos.core.text.sparktext import (
     DEFAULT_PARTITION,
     SessionText,
     escape_path_name,

@@ -172,7 +172,7 @@ def active_session_settings() -> dict[str, str]:
     try:
         from pyspark.sql import SparkSession
 
-        from sparkeos.core.spark import session_settings
+        from sparkeos.core.streaming.spark import session_settings
 
         session = SparkSession.getActiveSession()
         return session_settings(session, SETTINGS) if session is not None else {}

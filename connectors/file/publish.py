@@ -15,11 +15,11 @@ import posixpath
 import socket
 
 from sparkeos.core.errors import ConfigurationError, DataLossError
-from sparkeos.core.files import Files
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Receipt, Transaction
-from sparkeos.core.replay import OnRecord, committed_before
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.snapshot.replay import OnRecord, committed_before
 from sparkeos.core.steps import commit_step
+from sparkeos.core.storage.files import Files
 
 
 def publish(files: Files, txn: Transaction, receipt: Receipt, staging: str, root: str,
@@ -65,7 +65,7 @@ def _publish_one(files: Files, txn: Transaction, receipt: Receipt, staged: str, 
 
 def _committed_before(files: Files, txn: Transaction, receipt: Receipt, final: str) -> bool:
     """A final file of this name is the record that this (batch, partition) committed
-    these rows: its name carries their fingerprint (``core.replay``)."""
+    these rows: its name carries their fingerprint (``core.snapshot.replay``)."""
     written = Written.from_json(receipt.get("written"))
     on_record = OnRecord.of_batch(txn.batch_id, [written] if files.exists(final) else [])
     return committed_before(txn, written, on_record)

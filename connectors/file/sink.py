@@ -1,11 +1,11 @@
 """Exactly-once file sink: JSON Lines or Parquet part files in one directory, on a
-local or shared POSIX path or on HDFS (``hdfs://``, ``webhdfs://``; ``core.files``).
+local or shared POSIX path or on HDFS (``hdfs://``, ``webhdfs://``; ``core.storage.files``).
 
 Phase 1: a task attempt writes its part file under a hidden staging directory of its
 own, ``<path>/.sparkeos-staging/<attempt txn id>/``, and fsyncs it (prepare).
 Phase 2: the driver links the staged file to its final, deterministic name
 ``<path>/part-<query>-<sink>-<batch>-<partition>-<content>.<ext>``, where ``<content>``
-is the fingerprint of the rows it holds (``core.fingerprint``). ``link`` is atomic and
+is the fingerprint of the rows it holds (``core.snapshot.fingerprint``). ``link`` is atomic and
 never replaces an existing file, and a target that already exists holds these very rows
 for this (batch, partition) (the commit was done before, or an earlier at-least-once run
 committed the same partition), so commit is idempotent and readers never see partial or
@@ -48,18 +48,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparkeos.core.config import task_property
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.files import Files, split_uri
-from sparkeos.core.fsutil import (
+from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.snapshot.txpool import AttemptRange, TransactionPool
+from sparkeos.core.storage.files import Files
+from sparkeos.core.storage.fsutil import (
     DriverMark,
     claim_dir,
     mark_driver_dir,
     require_shared,
     require_writable_dir,
 )
-from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
-from sparkeos.core.spark import SPARK_SCHEMA_KEY, task_property
-from sparkeos.core.txpool import AttemptRange, TransactionPool
+from sparkeos.core.storage.registry import split_uri
+from sparkeos.core.streaming.spark import SPARK_SCHEMA_KEY
 
 from . import layout
 from .parquet import (
@@ -108,7 +110,7 @@ class FileSink(TransactionalSink[StagedPart]):
     (Spark's ``compression`` write option). ``partition_by``: columns to lay the output
     out by, as Spark's ``partitionBy`` does (``<path>/date=2026-11-26/part-...``;
     columns of every type Spark's ``partitionBy`` takes but floating point and intervals,
-    named as Spark names them: ``core/sparktext.py``). ``fsync``: make staged files
+    named as Spark names them: ``core/text/sparktext.py``). ``fsync``: make staged files
     durable before prepare returns (disable only for benchmarks on throw-away data).
     """
 
@@ -201,7 +203,7 @@ class FileSink(TransactionalSink[StagedPart]):
 
     def task_columns(self) -> tuple[str, ...]:
         # JSON Lines and the partition directories' names are made in the task
-        # (core/sparkjson.py, core/sparktext.py: the format route has no JVM to ask), not
+        # (core/text/sparkjson.py, core/text/sparktext.py: the format route has no JVM to ask), not
         # by Spark's to_json and CAST: that text crossing to Python costs more than
         # Arrow's kernels take to make it.
         return ()

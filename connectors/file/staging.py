@@ -13,10 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core.files import Files
-from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.protocol import Transaction
-from sparkeos.core.sparkjson import json_lines_buffer
+from sparkeos.core.snapshot.fingerprint import Fingerprint
+from sparkeos.core.storage.files import Files
+from sparkeos.core.text.sparkjson import json_lines_buffer
 
 from .parquet import ParquetFiles
 
@@ -65,7 +65,7 @@ def write_rows(writer: Any, format: str, rows: pa.RecordBatch) -> None:
 
 
 def json_lines(batch: pa.RecordBatch) -> pa.Buffer:
-    """The batch's rows as Spark's JSON writer writes them (``core/sparkjson.py``)."""
+    """The batch's rows as Spark's JSON writer writes them (``core/text/sparkjson.py``)."""
     return json_lines_buffer(batch)
 
 

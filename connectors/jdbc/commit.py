@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkeos.core.errors import DataLossError, TransactionIdCollisionError
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.snapshot.txpool import DIRECT_RUNS, TransactionPool
 from sparkeos.core.steps import commit_step
-from sparkeos.core.txpool import DIRECT_RUNS, TransactionPool
 
 from . import database, markers, prepared, upsert
 from .config import PostgresConfig

@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from sparkeos.core.txpool import Transaction, TransactionPool
+from sparkeos.core.snapshot.txpool import Transaction, TransactionPool
 
 from . import prepared
 from .config import PostgresConfig

@@ -6,7 +6,7 @@ takes the options Spark's JDBC data source takes for PostgreSQL: ``url``
 ``sparkeos.createTable`` (default ``true``: a missing table is created from the
 stream's schema, as Spark's JDBC writer does in append mode),
 ``sparkeos.markerTable``, ``sparkeos.lockTimeoutSeconds``, and the options every format
-shares (``core.streamformat``).
+shares (``core.streaming.streamformat``).
 
 Upserts through the format: rows of one key must reach one task (two prepared
 transactions holding one row would wait for each other), so repartition the stream by
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.streamformat import Options, SinkFormat
+from sparkeos.core.streaming.streamformat import Options, SinkFormat
 
 if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
     # needs only the class (sparkeos.core.lazy)

@@ -6,7 +6,7 @@ A marker tells a commit that finds its gid gone whether the transaction committe
 transaction ID too, so concurrent attempts of one partition (a retry beside a dead
 attempt's prepared transaction, a speculative copy) never wait for each other on the
 marker. An attempt that finds its (batch, partition) committed before with the same
-rows (``core.replay``) writes nothing; one that finds other rows there (a replay
+rows (``core.snapshot.replay``) writes nothing; one that finds other rows there (a replay
 partitioned otherwise) writes its own, under a marker of its own.
 """
 
@@ -16,9 +16,9 @@ import contextlib
 import logging
 from typing import Any
 
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.observe import log_event
-from sparkeos.core.txpool import Transaction
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.snapshot.txpool import Transaction
 
 from .errors import MARKER_KEY_SUFFIX
 

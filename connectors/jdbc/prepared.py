@@ -19,7 +19,7 @@ from typing import Any
 
 from sparkeos.core.errors import RetriableError, TransactionIdCollisionError
 from sparkeos.core.observe import log_event
-from sparkeos.core.txpool import AttemptRange, Transaction, TransactionPool
+from sparkeos.core.snapshot.txpool import AttemptRange, Transaction, TransactionPool
 
 from .errors import INSUFFICIENT_PRIVILEGE, UNDEFINED_OBJECT, pg_code
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkeos.core.protocol import Transaction, TxnState
-from sparkeos.core.txpool import AttemptRange
+from sparkeos.core.snapshot.txpool import AttemptRange
 
 from . import markers, prepared, upsert
 from .config import PostgresConfig

@@ -5,10 +5,10 @@ attempt has its own gid, the attempt's transaction ID::
 
     begin    session named after the attempt; BEGIN
     write    COPY ... FROM STDIN (CSV made by pyarrow), never row by row; the rows are
-             fingerprinted as they go (``core.fingerprint``)
+             fingerprinted as they go (``core.snapshot.fingerprint``)
     prepare  if a marker shows the same rows committed for this (batch, partition)
              (a replay partitioned as before, a late zombie), ROLLBACK: nothing written
-             (``core.replay``); else insert the attempt's marker row (query, sink,
+             (``core.snapshot.replay``); else insert the attempt's marker row (query, sink,
              batch, partition, gid, rows, fingerprint) and PREPARE TRANSACTION
              '<gid>'; the receipt carries rows and the xid
 
@@ -72,7 +72,7 @@ import pyarrow as pa
 
 from sparkeos.core.config import Guarantee
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
-from sparkeos.core.txpool import AttemptRange
+from sparkeos.core.snapshot.txpool import AttemptRange
 
 from . import commit, database, markers, preflight, recovery, writing
 from . import dsn as dsn_mod

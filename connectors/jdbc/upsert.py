@@ -28,9 +28,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sparkeos.core.errors import AttemptFencedError, DataRejectedError
-from sparkeos.core.fingerprint import Written
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.snapshot.txpool import Transaction
 from sparkeos.core.steps import commit_step
-from sparkeos.core.txpool import Transaction
 
 from . import markers
 from .errors import DUPLICATE_TABLE, UNIQUE_VIOLATION, pg_code

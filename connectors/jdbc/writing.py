@@ -2,10 +2,10 @@
 
 ``open_session`` checks out a connection named after the attempt and BEGINs. ``copy_rows``
 COPYs each Arrow batch as CSV into the table, or into the attempt's stage table for
-upserts, and fingerprints it (``core.fingerprint``). ``finish`` ends phase 1: it reads
+upserts, and fingerprints it (``core.snapshot.fingerprint``). ``finish`` ends phase 1: it reads
 the markers of the attempt's (batch, partition); if an earlier transaction committed
 exactly these rows there (a replay of a batch partitioned as before) it rolls back and
-writes nothing (``core.replay``); otherwise PREPARE TRANSACTION with the attempt's
+writes nothing (``core.snapshot.replay``); otherwise PREPARE TRANSACTION with the attempt's
 marker row (appends), COMMIT with the marker row (at-least-once appends), COMMIT of the
 stage (exactly-once upserts) or of the upsert itself (at-least-once upserts), and returns
 the receipt. ``abort`` ends only this attempt's own session or prepared transaction.
@@ -20,10 +20,10 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import Receipt, Transaction
-from sparkeos.core.replay import REPLAY_KEY, OnRecord, Replay, replay
+from sparkeos.core.snapshot.fingerprint import Fingerprint
+from sparkeos.core.snapshot.replay import REPLAY_KEY, OnRecord, Replay, replay
 
 from . import arrowpg, markers, prepared, upsert
 from .config import PostgresConfig

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from sparkeos.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from sparkeos.core.records import RecordLayout
+    from sparkeos.core.text.records import RecordLayout
 
     from .sink import KafkaSink, default_staging_dir, read_topic
     from .source import kafka_source, spark_kafka_jars
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # connector in processes that need its class only.
 __getattr__ = lazy_exports(__name__, {
     "KafkaSink": ".sink",
-    "RecordLayout": "sparkeos.core.records",
+    "RecordLayout": "sparkeos.core.text.records",
     "default_staging_dir": ".sink",
     "kafka_source": ".source",
     "read_topic": ".sink",

@@ -18,9 +18,9 @@ from typing import Any
 
 from sparkeos.core.config import Guarantee
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.files import resolve_location
 from sparkeos.core.protocol import Transaction
-from sparkeos.core.records import RecordLayout, check_format, check_payload_format
+from sparkeos.core.storage.registry import resolve_location
+from sparkeos.core.text.records import RecordLayout, check_format, check_payload_format
 
 from . import clients
 

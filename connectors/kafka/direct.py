@@ -6,7 +6,7 @@ participant's ID, reads its marker and opens a transaction (its progress record 
 so a recovery finds it if the task dies: ``pool``); ``produce`` sends as the task
 writes; ``finish`` commits the records with the marker, or, when the marker shows the
 same rows committed for this (batch, partition) before (a replay partitioned as the run
-that committed), aborts them (``core.replay``); ``abort`` ends the transaction when the
+that committed), aborts them (``core.snapshot.replay``); ``abort`` ends the transaction when the
 attempt fails.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Receipt, Transaction
-from sparkeos.core.replay import replay
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.snapshot.replay import replay
 
 from . import clients, markers, producers
 from .config import KafkaConfig

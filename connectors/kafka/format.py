@@ -11,7 +11,7 @@ the options and columns of Spark's own ``format("kafka")``:
 
 sparkeos' own settings: ``sparkeos.stagingDir``, ``sparkeos.transactionalIdPrefix``,
 ``sparkeos.markerTopic``, ``sparkeos.fsync`` and the options every format shares
-(``core.streamformat``).
+(``core.streaming.streamformat``).
 ``outputMode("complete")`` publishes every batch's whole result table, as Spark's
 Kafka sink does (a reader keeps the last record of each key). Exactly-once only in
 staged mode; ``sparkeos.guarantee=at_least_once`` takes the same
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
-from sparkeos.core.streamformat import Options, SinkFormat
+from sparkeos.core.streaming.streamformat import Options, SinkFormat
 
 if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
     # needs only the class (sparkeos.core.lazy)

@@ -4,10 +4,10 @@ The MARKER of a participant is a consumer-group offset committed inside its Kafk
 transaction (``send_offsets_to_transaction``, KIP-98/447): group
 ``<marker_group_prefix><query>.<sink>.<destination hash>.p<partition>``, topic
 ``marker_topic`` partition 0, offset ``N + 1``, with what the transaction wrote (row
-count and fingerprint, ``core.fingerprint``) as the offset's metadata. It is visible
+count and fingerprint, ``core.snapshot.fingerprint``) as the offset's metadata. It is visible
 only if the transaction commits, so "batch N of participant p is committed" is
 ``committed offset >= N + 1``, and a replay of batch N skips participant p only when the
-metadata names the rows it holds (``core.replay``).
+metadata names the rows it holds (``core.snapshot.replay``).
 
 The same transaction writes a PROGRESS record to ``marker_topic`` (key: the group,
 value ``{"batch": N, "rows": ..., "fingerprint": ...}``) before it commits; under
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkeos.core.errors import RetriableError
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Transaction
-from sparkeos.core.replay import OnRecord
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.snapshot.replay import OnRecord
 
 from . import clients
 from .config import KafkaConfig
@@ -71,7 +71,7 @@ class Marker:
     """The attempt that committed it (recorded since sparkeos names it; None before)."""
 
     def on_record(self) -> OnRecord:
-        """The marker as the replay rule reads it (``core.replay``)."""
+        """The marker as the replay rule reads it (``core.snapshot.replay``)."""
         return OnRecord.last_batch(self.batch, self.written, self.txn_id)
 
 

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sparkeos.core.observe import log_event
-from sparkeos.core.txpool import TransactionPool
+from sparkeos.core.snapshot.txpool import TransactionPool
 
 from . import clients, markers
 from .config import KafkaConfig

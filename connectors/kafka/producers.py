@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from sparkeos.core.protocol import Transaction
-from sparkeos.core.records import iter_records
+from sparkeos.core.text.records import iter_records
 
 from . import clients
 from .config import KafkaConfig

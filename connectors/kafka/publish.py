@@ -20,9 +20,9 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import SparkEOSError
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Receipt, Transaction
-from sparkeos.core.replay import committed_before
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.snapshot.replay import committed_before
 from sparkeos.core.steps import commit_step
 
 from . import clients, markers, producers, staged

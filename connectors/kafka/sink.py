@@ -39,7 +39,7 @@ phase 2. The two modes deal with that differently.
     exactly-once contract (invariant 1) cannot hold and the sink offers only
     ``at_least_once`` / ``none``: use ``at_least_once(sink, name=...)``. A re-run of
     batch N aborts its transaction for every (batch, partition) whose marker shows the
-    same rows committed (count and fingerprint, ``core.replay``), and commits the
+    same rows committed (count and fingerprint, ``core.snapshot.replay``), and commits the
     others. So nothing is ever lost, and the output is exactly-once **when a re-run of
     batch N gives every partition the same rows in the same order** (a replayable
     source, the same partitioning); a partition whose rows differ is written again
@@ -70,7 +70,6 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from sparkeos.core.config import Guarantee
-from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.protocol import (
     CommitLocation,
     Receipt,
@@ -78,8 +77,9 @@ from sparkeos.core.protocol import (
     TransactionalSink,
     TxnState,
 )
-from sparkeos.core.staging import StagingArea
-from sparkeos.core.txpool import AttemptRange
+from sparkeos.core.snapshot.fingerprint import Fingerprint
+from sparkeos.core.snapshot.txpool import AttemptRange
+from sparkeos.core.storage.staging import StagingArea
 
 # A name imported "as" itself is kept importable from here (it lived here before the
 # sink was split into the modules of this package).

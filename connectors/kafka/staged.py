@@ -6,7 +6,7 @@ claims exclusively) and makes it durable; the receipt names it. Phase 2 opens th
 decided attempt's file (``staged_path``); a file that is gone although the marker says
 "not committed" is data loss, reported with what to do. Where the directory is
 (``staging_dir``, ``$SPARKEOS_KAFKA_STAGING_DIR`` or under the query's checkpoint) is
-decided here too; listing, claiming and sweeping are ``core.staging.StagingArea``'s.
+decided here too; listing, claiming and sweeping are ``core.storage.staging.StagingArea``'s.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import DataLossError
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Receipt, Transaction
-from sparkeos.core.replay import committed_before
-from sparkeos.core.staging import CHECKPOINT_STAGING as CHECKPOINT_STAGING
-from sparkeos.core.staging import StagingArea, default_dir
-from sparkeos.core.staging import checkpoint_staging_dir as checkpoint_staging_dir
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.snapshot.replay import committed_before
+from sparkeos.core.storage.staging import CHECKPOINT_STAGING as CHECKPOINT_STAGING
+from sparkeos.core.storage.staging import StagingArea, default_dir
+from sparkeos.core.storage.staging import checkpoint_staging_dir as checkpoint_staging_dir
 
 from . import markers
 from .config import STAGING_ENV, KafkaConfig

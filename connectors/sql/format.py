@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkeos.core.streamformat import Options, SinkFormat
+from sparkeos.core.streaming.streamformat import Options, SinkFormat
 
 if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
     # needs only the class (sparkeos.core.lazy)

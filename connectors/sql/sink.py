@@ -30,8 +30,8 @@ from sparkeos.core import (
     Transaction,
     TransactionalSink,
 )
-from sparkeos.core.sparkjson import json_values
-from sparkeos.core.txpool import AttemptRange, TransactionPool
+from sparkeos.core.snapshot.txpool import AttemptRange, TransactionPool
+from sparkeos.core.text.sparkjson import json_values
 
 from .tables import Tables, engine_for, is_nested
 

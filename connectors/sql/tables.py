@@ -17,8 +17,8 @@ from sparkeos.core.errors import (
     SchemaMismatchError,
     SparkEOSError,
 )
+from sparkeos.core.snapshot.txpool import Transaction
 from sparkeos.core.steps import commit_step
-from sparkeos.core.txpool import Transaction
 
 CREATE_TABLE_SETTINGS = ("SqlTableSink(create_table=True), or the format option "
                          "sparkeos.createTable=true (the formats' default)")

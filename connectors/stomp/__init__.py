@@ -19,7 +19,8 @@ from sparkeos.core.lazy import lazy_exports
 if TYPE_CHECKING:
     from .client import Endpoint, StompClient, broker_kind, redact_url
     from .sink import StompSink, default_staging_dir
-    from .source import StompSourceConfig, stomp_source
+    from .source import stomp_source
+    from .sourceconfig import StompSourceConfig
 
 # Imported on first use (sparkeos.core.lazy): Spark imports the format of this
 # connector in processes that need its class only.
@@ -27,7 +28,7 @@ __getattr__ = lazy_exports(__name__, {
     "Endpoint": ".client",
     "StompClient": ".client",
     "StompSink": ".sink",
-    "StompSourceConfig": ".source",
+    "StompSourceConfig": ".sourceconfig",
     "broker_kind": ".client",
     "default_staging_dir": ".sink",
     "redact_url": ".client",

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sparkeos.core.config import Guarantee
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.files import resolve_location
-from sparkeos.core.records import check_payload_format
+from sparkeos.core.storage.registry import resolve_location
+from sparkeos.core.text.records import check_payload_format
 
 from .client import Endpoint
 from .staging import default_staging_dir
-
-if TYPE_CHECKING:
-    from .sink import StompSink
 
 DUPLICATE_DETECTION = ("broker", "consumer", "none")
 ARTEMIS_DUPLICATE_HEADER = "_AMQ_DUPL_ID"
@@ -30,7 +27,44 @@ _RESERVED_HEADERS = frozenset({"destination", "transaction", "receipt", "content
                                "persistent", ARTEMIS_DUPLICATE_HEADER.lower()})
 
 
-def checked_settings(sink: StompSink) -> dict[str, Any]:
+class SinkSettings(Protocol):
+    """The constructor fields of ``StompSink`` these checks read: spelled out here, not
+    imported, because ``sink`` imports this module. Read-only properties so a frozen
+    dataclass matches."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def passcode(self) -> str | None: ...
+    @property
+    def destination(self) -> str | None: ...
+    @property
+    def destination_column(self) -> str | None: ...
+    @property
+    def body_column(self) -> str | None: ...
+    @property
+    def body_format(self) -> str | None: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def duplicate_detection(self) -> str: ...
+    @property
+    def id_cache_size(self) -> int: ...
+    @property
+    def dedup_header(self) -> str: ...
+    @property
+    def ssl_options(self) -> Mapping[str, Any]: ...
+    @property
+    def connect_headers(self) -> Mapping[str, str]: ...
+    @property
+    def heartbeats(self) -> tuple[int, int]: ...
+    @property
+    def staging_dir(self) -> str | None: ...
+    @property
+    def timeout_s(self) -> float: ...
+
+
+def checked_settings(sink: SinkSettings) -> dict[str, Any]:
     """Check ``sink``'s settings (``ConfigurationError`` naming the fix) and return the
     attributes to store in their normal form, the parsed endpoint as ``_endpoint``."""
     endpoint = Endpoint.parse(sink.url, passcode=sink.passcode)
@@ -54,7 +88,7 @@ def checked_settings(sink: StompSink) -> dict[str, Any]:
     return settings
 
 
-def _check_target(sink: StompSink) -> None:
+def _check_target(sink: SinkSettings) -> None:
     """Where the messages go and what they carry."""
     if sink.destination is None and sink.destination_column is None:
         raise ConfigurationError(
@@ -71,7 +105,7 @@ def _check_target(sink: StompSink) -> None:
     check_payload_format("body", sink.body_column, sink.body_format)
 
 
-def _check_limits(sink: StompSink) -> None:
+def _check_limits(sink: SinkSettings) -> None:
     if not isinstance(sink.id_cache_size, int) or sink.id_cache_size < 1:
         raise ConfigurationError(f"id_cache_size={sink.id_cache_size!r} must be >= 1",
                                  fix="give the broker's id-cache-size (default 20000)")
@@ -80,7 +114,7 @@ def _check_limits(sink: StompSink) -> None:
 
 
 def staging_root(staging: str) -> str:
-    """``staging`` as every process reads it the same (``core.files.resolve_location``):
+    """``staging`` as every process reads it the same (``core.storage.registry.resolve_location``):
     a POSIX path made absolute, HDFS through WebHDFS, an S3-compatible store's URI."""
     return resolve_location(os.path.expanduser(staging))
 

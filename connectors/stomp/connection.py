@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from .client import ARTEMIS, CLASSIC, RABBITMQ, ConnectionLost, StompClient
-
-if TYPE_CHECKING:
-    from .source import StompSourceConfig
+from .sourceconfig import StompSourceConfig
 
 log = logging.getLogger("sparkeos.stomp.source")
 

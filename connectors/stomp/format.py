@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkeos.core.streamformat import Options, SinkFormat
+from sparkeos.core.streaming.streamformat import Options, SinkFormat
 
 if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
     # needs only the class (sparkeos.core.lazy)
@@ -36,7 +36,7 @@ class StompFormat(SinkFormat):
     complete_mode_appends = True
 
     def make_sink(self, options: Options, schema: pa.Schema) -> StompSink:
-        from sparkeos.core.staging import checkpoint_staging_dir
+        from sparkeos.core.storage.staging import checkpoint_staging_dir
 
         from .sink import StompSink
 

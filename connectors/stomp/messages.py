@@ -10,14 +10,12 @@ import datetime
 import json
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkeos.core.errors import BadMessageError
 
 from .client import ARTEMIS, CLASSIC, StompClient
-
-if TYPE_CHECKING:
-    from .source import StompSourceConfig
+from .sourceconfig import StompSourceConfig
 
 log = logging.getLogger("sparkeos.stomp.source")
 

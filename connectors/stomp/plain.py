@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core.records import RecordLayout, iter_records
+from sparkeos.core.text.records import RecordLayout, iter_records
 
 from .client import Endpoint, StompClient
 

@@ -15,9 +15,9 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Transaction
-from sparkeos.core.staging import StagingArea
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.storage.staging import StagingArea
 
 from .client import StompClient
 from .staging import staged_messages

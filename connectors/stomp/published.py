@@ -1,7 +1,7 @@
 """StompSink's markers: the PUBLISHED records that say a participant's batch was sent.
 
 ``<staging_dir>/published/<participant id>.json`` holds ``{"batch": N, "txn": id,
-"rows": ..., "fingerprint": ...}`` (what was sent, ``core.fingerprint``), written whole
+"rows": ..., "fingerprint": ...}`` (what was sent, ``core.snapshot.fingerprint``), written whole
 once every message of the participant's batch N is confirmed (a
 temporary name moved over the record: atomic on POSIX and HDFS; on an object store the
 move is one ``PUT``). One record per pooled participant ID: its slot is reused two
@@ -17,10 +17,10 @@ import posixpath
 import re
 import uuid
 
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import Transaction
-from sparkeos.core.replay import OnRecord, committed_before
-from sparkeos.core.staging import StagingArea
+from sparkeos.core.snapshot.fingerprint import Written
+from sparkeos.core.snapshot.replay import OnRecord, committed_before
+from sparkeos.core.storage.staging import StagingArea
 
 PUBLISHED_DIR = "published"
 
@@ -53,7 +53,7 @@ def on_record(staging: StagingArea, txn: Transaction) -> OnRecord:
 
 def is_published(staging: StagingArea, txn: Transaction, written: Written | None) -> bool:
     """The decided transaction's batch was published with these rows, or a later batch
-    of its participant was (``core.replay.committed_before``)."""
+    of its participant was (``core.snapshot.replay.committed_before``)."""
     return committed_before(txn, written, on_record(staging, txn))
 
 

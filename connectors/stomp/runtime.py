@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.faults import SourceFaults
@@ -27,10 +27,8 @@ from sparkeos.core.faults import SourceFaults
 from . import messages, seen
 from .client import ConnectionLost, StompClient
 from .connection import Connection
+from .sourceconfig import StompSourceConfig
 from .spool import Pull, Spool
-
-if TYPE_CHECKING:
-    from .source import StompSourceConfig
 
 log = logging.getLogger("sparkeos.stomp.source")
 

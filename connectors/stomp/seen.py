@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Container
-from typing import TYPE_CHECKING
 
+from .sourceconfig import StompSourceConfig
 from .spool import Spool
-
-if TYPE_CHECKING:
-    from .source import StompSourceConfig
 
 log = logging.getLogger("sparkeos.stomp.source")
 

@@ -53,7 +53,6 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from sparkeos.core.fingerprint import Written
 from sparkeos.core.protocol import (
     AttemptRange,
     CommitLocation,
@@ -62,9 +61,10 @@ from sparkeos.core.protocol import (
     TransactionalSink,
     TxnState,
 )
-from sparkeos.core.records import RecordLayout
-from sparkeos.core.staging import StagingArea
+from sparkeos.core.snapshot.fingerprint import Written
 from sparkeos.core.steps import commit_step
+from sparkeos.core.storage.staging import StagingArea
+from sparkeos.core.text.records import RecordLayout
 
 from . import config, errors, preflight, publish, published
 from .client import Endpoint, StompClient, redact_url
@@ -246,7 +246,7 @@ class StompSink(TransactionalSink[StagedAttempt]):
     def _published(self, txn: Transaction, written: Written | None) -> bool:
         """Published before with these rows (a retried commit, a twin, a replay of the
         same partition); a record of other rows for this (batch, partition), left by an
-        at-least-once run, does not count (``core.replay``)."""
+        at-least-once run, does not count (``core.snapshot.replay``)."""
         return published.is_published(self.staging, txn, written)
 
     def rollback(self, txn: Transaction) -> None:

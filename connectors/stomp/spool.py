@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from sparkeos.core.dedup import SeenIds
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.fsutil import fsync_path, write_atomically
+from sparkeos.core.storage.fsutil import fsync_path, write_atomically
 
 PULL = re.compile(r"^(\d{20})-(\d{20})\.arrow$")
 SPOOL_SCHEMA = pa.schema([

@@ -18,10 +18,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkeos.core.fingerprint import Fingerprint
 from sparkeos.core.protocol import Receipt, Transaction
-from sparkeos.core.records import iter_records
-from sparkeos.core.staging import StagingArea, default_dir
+from sparkeos.core.snapshot.fingerprint import Fingerprint
+from sparkeos.core.storage.staging import StagingArea, default_dir
+from sparkeos.core.text.records import iter_records
 
 from . import errors
 
@@ -60,7 +60,7 @@ class StagedAttempt:
     ``seal`` uploads."""
     destinations: dict[str, int] = field(default_factory=dict)
     content: Fingerprint = field(default_factory=Fingerprint)
-    """What the attempt staged (``core.replay``: a replay skips only the same rows)."""
+    """What the attempt staged (``core.snapshot.replay``: a replay skips only the same rows)."""
 
     def append(self, records: pa.RecordBatch, staging: StagingArea,
                destination: str | None) -> None:

@@ -50,7 +50,8 @@ def losing_context(sink: Any) -> Any:
 
 
 def log_statuses(checkpoint: str) -> dict[str, str]:
-    from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
+    from sparkeos.core.snapshot.commitlog import CommitLog, sink_log_location
+    from sparkeos.core.storage.logstores import open_store
 
     log = CommitLog(open_store(sink_log_location(checkpoint, NAME)))
     return {str(b): s.status for b, s in sorted(log.batches().items())}
@@ -94,7 +95,7 @@ def run_query(spark: Any, bootstrap: str, work: str, index: int, query: dict[str
 
 
 def main(argv: list[str]) -> int:
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
     from sparkeos.testing import ahead
     from sparkeos.testing.job import SHORT_JOB_CONF, end_job
 

@@ -14,12 +14,12 @@ import pytest
 
 from integration.core.test_s3_files import race
 from integration.fixtures.clouds import CloudStore
-from sparkeos.core.commitlog import FilesStore, open_store
 from sparkeos.core.errors import ConfigurationError, RetriableError
-from sparkeos.core.files import split_uri
-from sparkeos.core.stores.azure import AzureBlobFiles
-from sparkeos.core.stores.gcs import GcsFiles
-from sparkeos.core.stores.writeonce import ObjectStoreFiles
+from sparkeos.core.storage.logstores import FilesStore, open_store
+from sparkeos.core.storage.registry import split_uri
+from sparkeos.core.storage.stores.azure import AzureBlobFiles
+from sparkeos.core.storage.stores.gcs import GcsFiles
+from sparkeos.core.storage.stores.writeonce import ObjectStoreFiles
 from sparkeos.testing.files_contract import check_write_once
 from sparkeos.testing.wireproxy import LOST_REPLY, SLOW_DOWN, STRIP_CONDITIONS, Fault, FaultProxy
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sparkeos.core.commitlog import FilesStore, open_store
 from sparkeos.core.errors import RecordExistsError, RetriableError
-from sparkeos.core.files import split_uri
+from sparkeos.core.storage.logstores import FilesStore, open_store
+from sparkeos.core.storage.registry import split_uri
 from sparkeos.testing.files_contract import check_write_once
 
 pytestmark = pytest.mark.hdfs

@@ -15,8 +15,9 @@ from integration.streams import id_stream
 from sparkeos import exactly_once
 from sparkeos.cli import check_lease
 from sparkeos.connectors.file import FileSink
-from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.core.errors import QueryRunningError
+from sparkeos.core.snapshot.commitlog import CommitLog, sink_log_location
+from sparkeos.core.storage.logstores import open_store
 from sparkeos.testing.job import (
     JobSpec,
     run_job_process,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkeos.core.locations import parse
-from sparkeos.core.spark import query_checkpoint_in
-from tests.core.test_locations import HADOOP_CASES
+from sparkeos.core.storage.locations import parse
+from sparkeos.core.streaming.spark import query_checkpoint_in
+from tests.core.storage.test_locations import HADOOP_CASES
 
 
 def test_every_location_splits_as_hadoops_path(spark: Any) -> None:

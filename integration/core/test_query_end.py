@@ -1,4 +1,4 @@
-"""A query that ends, ends committed (``overlap_commits``, ``core.ending``): each way
+"""A query that ends, ends committed (``overlap_commits``, ``core.streaming.ending``): each way
 to end a query waits for the commit of its last batch, which Kafka's staged sink runs
 in Spark tasks on a driver thread, or raises its failure.
 

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from integration.fixtures.s3 import S3
-from sparkeos.core.commitlog import FilesStore, open_store
 from sparkeos.core.errors import ConfigurationError, RecordExistsError, RetriableError
-from sparkeos.core.files import split_uri
-from sparkeos.core.stores import s3 as s3_store
-from sparkeos.core.stores import settings, writeonce
-from sparkeos.core.stores.s3 import S3Files
+from sparkeos.core.storage.logstores import FilesStore, open_store
+from sparkeos.core.storage.registry import split_uri
+from sparkeos.core.storage.stores import s3 as s3_store
+from sparkeos.core.storage.stores import settings, writeonce
+from sparkeos.core.storage.stores.s3 import S3Files
 from sparkeos.testing.files_contract import check_write_once
 from sparkeos.testing.s3a import make_bucket
 from sparkeos.testing.wireproxy import (

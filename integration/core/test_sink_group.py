@@ -24,7 +24,7 @@ FILES = [[1, 2, 3], [4, 5], [6, 7, 8], [9], [10, 11], [12, 13, 14], [15], [16, 1
 CRASHES = ["after_first_commit@1", "kill_driver_after_first_prepare@2", "after_all_commits@3"]
 """Where the two sinks can be split: a kill in phase 1, one with one member committed
 and the other not, one after both committed. The other points are the protocol's, the
-same for a group (tests/core/test_group.py runs every point)."""
+same for a group (tests/core/snapshot/test_group.py runs every point)."""
 
 
 def pg_ids(admin: Any, table: str) -> list[int]:

@@ -9,15 +9,9 @@ import pytest
 from integration.streams import id_stream, run_available
 from sparkeos import ConfigurationError, exactly_once
 from sparkeos.connectors.file import FileSink, read_output
-from sparkeos.core.commitlog import (
-    BEGUN,
-    DECIDED,
-    OUTCOME,
-    CommitLog,
-    HadoopStore,
-    open_store,
-)
 from sparkeos.core.errors import RecordExistsError
+from sparkeos.core.snapshot.commitlog import BEGUN, DECIDED, OUTCOME, CommitLog
+from sparkeos.core.storage.logstores import HadoopStore, open_store
 from sparkeos.testing.job import write_input
 
 _stream = id_stream

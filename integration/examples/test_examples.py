@@ -33,8 +33,9 @@ from typing import Any
 
 import pytest
 
-from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.core.faults import ENV_VAR, SOURCE_ENV
+from sparkeos.core.snapshot.commitlog import CommitLog, sink_log_location
+from sparkeos.core.storage.logstores import open_store
 from sparkeos.testing.conformance import assert_exactly_once
 from sparkeos.testing.job import JobResult, again_if_worker_not_started, collect_job
 

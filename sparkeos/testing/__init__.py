@@ -7,7 +7,7 @@ is visible, and pytest runs the crash-point matrix against real Spark.
 
 from __future__ import annotations
 
-from sparkeos.core.txpool import Transaction, TransactionPool
+from sparkeos.core.snapshot.txpool import Transaction, TransactionPool
 
 
 def transaction(batch_id: int = 0, partition: int = 0, tag: int = 0, run: int = 0,

@@ -10,7 +10,7 @@ session's ``getOrCreate`` 8.3 s -> 4.3 s and its first job 4.2 s -> 2.0 s.
 
 The archive belongs to one JDK and one set of Spark jars (its name says which); an
 archive that does not fit is ignored by the JVM (it starts as usual). Sessions made by
-``core.spark.local_session`` / ``connect_session`` use the archive named by
+``core.streaming.spark.local_session`` / ``connect_session`` use the archive named by
 ``$SPARKEOS_SPARK_CDS`` when it exists.
 """
 
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-from sparkeos.core.spark import CDS_ENV
+from sparkeos.core.streaming.spark import CDS_ENV
 
 
 def archive_name() -> str:
@@ -74,7 +74,7 @@ def _dump(target: str) -> int:
     job, ``mapInArrow``, a streaming query with ``foreachBatch``), stop the JVM."""
     import json
 
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
     from sparkeos.testing.job import SHORT_JOB_CONF
 
     options = f"{SHORT_JOB_CONF['spark.driver.extraJavaOptions']} " \

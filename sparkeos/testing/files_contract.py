@@ -1,4 +1,4 @@
-"""The three promises every ``core.files.Files`` keeps (write-once creation, exclusive
+"""The three promises every ``core.storage.files.Files`` keeps (write-once creation, exclusive
 claim, publish without overwrite), as one check a test of each file system runs
 against a real one: POSIX (tests/core), HDFS and object stores (integration/core)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkeos.core.files import Files
+from sparkeos.core.storage.files import Files
 
 
 def check_write_once(files: Files, root: str) -> tuple[str, str]:

@@ -2,7 +2,7 @@
 
 ``writeStream.format("sparkeos-...")`` runs a batch in three places Spark starts:
 planning (``streamWriter()``), each task (``write()``) and the commit (``commit()`` /
-``abort()``). ``FormatRoute.run_batch`` runs the same calls of ``core.formatbatch``
+``abort()``). ``FormatRoute.run_batch`` runs the same calls of ``core.streaming.formatbatch``
 against a checkpoint laid out as Spark lays it out (its ``metadata`` and
 ``offsets/<N>``), with a batch runner's partitions as the tasks: what the route does
 with a replay, a crash (faults with ``simulate=True``) or a failed task is then proven
@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from sparkeos.core.config import Guarantee
 from sparkeos.core.faults import FaultPlan, InjectedTaskFailure
-from sparkeos.core.formatbatch import BATCH_ID_PROPERTY, FormatQuery, run_task
-from sparkeos.core.spark import QUERY_ID_PROPERTY
+from sparkeos.core.streaming.formatbatch import BATCH_ID_PROPERTY, FormatQuery, run_task
+from sparkeos.core.streaming.spark import QUERY_ID_PROPERTY
 
 from .inprocess import ArrowRunner
 

@@ -8,10 +8,10 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from sparkeos.core.commitlog import Store
-from sparkeos.core.coordinator import TaskAttempt, TaskFunction, TaskResult
 from sparkeos.core.errors import RecordExistsError
 from sparkeos.core.faults import InjectedTaskFailure
+from sparkeos.core.snapshot.commitlog import Store
+from sparkeos.core.snapshot.coordinator import TaskAttempt, TaskFunction, TaskResult
 
 
 class BatchRunnerTarget(Protocol):

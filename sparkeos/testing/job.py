@@ -212,7 +212,7 @@ WARM_MASTER = "local[2]"
 def warm_session() -> Any:
     """This process's local Spark session (``local[2]``, made on first use; an
     existing session of the same process is taken as it is)."""
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     return local_session("sparkeos-warm-jobs", WARM_MASTER)
 
@@ -345,7 +345,7 @@ def ship_to_workers(*objects: Any) -> list[str]:
 
 def _session(settings: dict[str, Any], app_name: str) -> Any:
     from sparkeos.core.faults import KILL_GROUP_ENV
-    from sparkeos.core.spark import connect_session, local_session
+    from sparkeos.core.streaming.spark import connect_session, local_session
 
     conf = {**SHORT_JOB_CONF, **settings["spark_conf"]}
     if settings["connect"]:
@@ -384,7 +384,7 @@ def end_job(spark: Any) -> int:
     than stopped gracefully: a second saved per job, and a test run ends hundreds of
     jobs (to the protocol this is one more driver crash after the batches finished).
     Under Connect the session is stopped (its server is this job's child)."""
-    from sparkeos.core.spark import is_connect
+    from sparkeos.core.streaming.spark import is_connect
 
     proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None) \
         if not is_connect(spark) else None
@@ -431,7 +431,7 @@ SESSION_CHECKPOINT = "spark.sql.streaming.checkpointLocation"
 
 def _run_spec(spec: JobSpec, spark: Any, settings: dict[str, Any],
               timeout: float | None) -> int:
-    from sparkeos.core.adapter import with_guarantee
+    from sparkeos.core.streaming.adapter import with_guarantee
 
     df = (spark.readStream.schema(INPUT_SCHEMA)
           .option("maxFilesPerTrigger", spec.max_files_per_trigger).json(spec.input))
@@ -473,7 +473,7 @@ def _run_spec(spec: JobSpec, spark: Any, settings: dict[str, Any],
 def format_options(spec: JobSpec) -> dict[str, str]:
     """The options of a format-route job: the sink's, the query's checkpoint, and the
     spec's name, guarantee and coordinator settings as ``sparkeos.*`` options."""
-    from sparkeos.core.streamformat import SETTINGS
+    from sparkeos.core.streaming.streamformat import SETTINGS
 
     options = {str(k): str(v) for k, v in spec.sink.get("options", {}).items()}
     if not spec.session_checkpoint:

@@ -2,7 +2,7 @@
 and the benchmarks of a source checkout: the jars and the session settings.
 
 Spark keeps its checkpoint (offsets, commits, state) through Hadoop's file systems;
-sparkeos writes its commit log, staging and output itself (``core.stores.s3``). Both
+sparkeos writes its commit log, staging and output itself (``core.storage.stores.s3``). Both
 must reach the same store: ``s3a_spark_conf`` points S3A at the endpoint sparkeos uses.
 Credentials are left to S3A's default chain, which reads ``AWS_ACCESS_KEY_ID`` /
 ``AWS_SECRET_ACCESS_KEY`` from the environment as boto3 does: no secret in a setting.

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkeos.core.commitlog import CommitLog, LocalStore
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash, InjectedTaskFailure
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.storage.logstores import LocalStore
 
 from .inprocess import ArrowRunner, id_batch
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import RetriableError
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
 
 from .inprocess import ListRunner
 from .wireproxy import LOST_REPLY, RESET, SLOW_DOWN, Fault, FaultProxy

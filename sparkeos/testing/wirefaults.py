@@ -34,9 +34,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pytest
 
-from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import (
     AttemptFencedError,
     DataLossError,
@@ -45,7 +43,9 @@ from sparkeos.core.errors import (
     TransactionIdCollisionError,
 )
 from sparkeos.core.protocol import TransactionalSink
-from sparkeos.core.tasks import TaskAttempt, TaskFunction, TaskResult
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.snapshot.tasks import TaskAttempt, TaskFunction, TaskResult
 
 from .inprocess import ListRunner
 from .tcpproxy import TcpFaultProxy, WireFault

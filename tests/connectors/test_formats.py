@@ -14,7 +14,7 @@ from sparkeos.connectors.kafka.format import KafkaFormat
 from sparkeos.connectors.sql.format import SqlFormat
 from sparkeos.connectors.stomp.format import StompFormat
 from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
-from sparkeos.core.staging import checkpoint_staging_dir
+from sparkeos.core.storage.staging import checkpoint_staging_dir
 
 CHECKPOINT = {"checkpointLocation": "/tmp/sparkeos-formats-test/ckpt"}
 

@@ -3,8 +3,8 @@ of Spark's own exception (a Python traceback inside a JVM trace)."""
 
 from __future__ import annotations
 
-from sparkeos.core.batch import phase1_error
 from sparkeos.core.errors import ConfigurationError, describe_cause
+from sparkeos.core.snapshot.batch import phase1_error
 
 TASK_TRACE = """An exception was thrown from the Python worker. Please see the stack trace below.
 Traceback (most recent call last):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
 from tests.support.memory import (
     ListRunner,
     MemorySink,

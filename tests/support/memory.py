@@ -5,7 +5,7 @@ invisible until commit, a prepared transaction survives the writer, every attemp
 its own transaction ID, a rolled-back open transaction is fenced (its writer fails),
 and a marker per committed transaction of a (batch, partition), with the rows it wrote,
 lets an idempotent commit tell "already committed" from "lost" and a replay skip a
-partition only when it holds the rows committed there (``core.replay``).
+partition only when it holds the rows committed there (``core.snapshot.replay``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import DataLossError
-from sparkeos.core.fingerprint import Written, fingerprint_of
 from sparkeos.core.protocol import (
     CommitLocation,
     Receipt,
@@ -24,7 +23,8 @@ from sparkeos.core.protocol import (
     TransactionalSink,
     TxnState,
 )
-from sparkeos.core.replay import OnRecord, replay
+from sparkeos.core.snapshot.fingerprint import Written, fingerprint_of
+from sparkeos.core.snapshot.replay import OnRecord, replay
 from sparkeos.testing.inprocess import ListRunner, MemoryStore, id_batch
 
 

@@ -16,7 +16,8 @@ from integration.fixtures.hdfs import CheckpointOnHdfs
 from integration.fixtures.s3 import CheckpointOnS3
 from sparkeos.connectors.file import read_output
 from sparkeos.connectors.file.sink import STAGING_DIR
-from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
+from sparkeos.core.snapshot.commitlog import CommitLog, sink_log_location
+from sparkeos.core.storage.logstores import open_store
 from sparkeos.testing.conformance import (
     CRASH_BATCH,
     FORMAT_SAMPLED_POINTS,
@@ -242,7 +243,7 @@ class TestFileSinkHdfsConnect(ConnectConformance, TestFileSinkHdfs):
 class TestFileSinkS3(StoreWireFaultCases, SampledConformance, CheckpointOnS3,
                      TestFileSinkParquet):
     """The file sink with everything on an S3-compatible object store: output, staging,
-    claims and publishing by conditional writes (``core.stores``), the commit log
+    claims and publishing by conditional writes (``core.storage.stores``), the commit log
     too, and Spark's checkpoint through S3A. Every in-process case (the crash matrix,
     concurrent attempts, twin commits) with its commit log and output on the store, and
     driver kills at random moments, whose last run goes to the end (every batch end to
@@ -436,7 +437,7 @@ class TestFileSinkFormatConnect(ConnectConformance, TestFileSinkFormat):
 
 class FileSinkOnCloud(StoreWireFaultCases, StoreCasesOnly, PrefixOnCloud, TestFileSinkParquet):
     """The file sink with its commit log, staging and output on an emulated Google
-    Cloud Storage or Azure Blob Storage (``core.stores.gcs`` / ``azure``, the write-once
+    Cloud Storage or Azure Blob Storage (``core.storage.stores.gcs`` / ``azure``, the write-once
     layer S3 has): the store's cases only (``StoreCasesOnly``). Spark's checkpoint does
     not go there (no connector in pyspark): the demo runs a query on each
     (integration/test_demo.py)."""

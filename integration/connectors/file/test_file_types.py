@@ -3,7 +3,7 @@ routes, against Spark's own writer of that kind on the same batch.
 
 JSON: the lines of ``format("sparkeos-json")`` and of
 ``foreachBatch(exactly_once(FileSink(format="jsonl")))`` (both encoded in the tasks by
-``core/sparkjson.py``) are the lines ``df.write.json`` writes, byte for byte. Parquet:
+``core/text/sparkjson.py``) are the lines ``df.write.json`` writes, byte for byte. Parquet:
 what Spark reads back from ``format("sparkeos-parquet")`` is what it reads back from its
 own Parquet files.
 The session's time zone is not UTC, so zoned timestamps carry an offset."""

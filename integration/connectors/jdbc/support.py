@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 
 from sparkeos.connectors.jdbc import PostgresSink
-from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig, Guarantee
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import FaultPlan
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
 from sparkeos.testing.inprocess import ArrowRunner, MemoryStore
 
 REPO = Path(__file__).resolve().parents[3]

@@ -9,11 +9,12 @@ import pytest
 from integration.connectors.jdbc.support import PgServer
 from sparkeos.cli import main
 from sparkeos.connectors.jdbc import PostgresSink
-from sparkeos.core.adapter import ForeachBatchAdapter
-from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import FaultPlan, InjectedCrash
+from sparkeos.core.snapshot.commitlog import CommitLog, sink_log_location
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.storage.logstores import open_store
+from sparkeos.core.streaming.adapter import ForeachBatchAdapter
 from sparkeos.testing.inprocess import ListRunner
 
 

@@ -38,7 +38,7 @@ from sparkeos.core.errors import (
 )
 from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
 from sparkeos.core.protocol import TxnState
-from sparkeos.core.txpool import TransactionPool
+from sparkeos.core.snapshot.txpool import TransactionPool
 from sparkeos.testing.inprocess import run_uncommitted
 
 BATCHES = [[[1, 2], [3]], [[4], [5, 6]], [[7, 8, 9], []], [[10], [11]]]
@@ -135,7 +135,7 @@ def test_concurrent_attempts_never_undo_each_other(pg_server, names, admin):
     """Bug 1 of the concurrency issue: a second attempt of the same task (speculation)
     once rolled back the first attempt's prepared transaction in its begin. Now each
     attempt has its own gid; the batch commits the decided one and sweeps the other."""
-    from sparkeos.core.txpool import AttemptRange
+    from sparkeos.core.snapshot.txpool import AttemptRange
 
     sink = sink_for(pg_server, names)
     sink.validate(id_batch([1]).schema)
@@ -164,7 +164,7 @@ def test_concurrent_attempts_never_undo_each_other(pg_server, names, admin):
 def test_sweep_ends_open_sessions_of_doomed_attempts(pg_server, names, admin):
     """A zombie still writing when its run is aborted: the sweep ends its session, so
     it can never prepare later (bug 2 of the concurrency issue)."""
-    from sparkeos.core.txpool import AttemptRange
+    from sparkeos.core.snapshot.txpool import AttemptRange
 
     sink = sink_for(pg_server, names)
     sink.validate(id_batch([1]).schema)

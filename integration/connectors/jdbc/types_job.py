@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     from sparkeos import exactly_once
     from sparkeos.connectors.jdbc import PostgresSink
     from sparkeos.connectors.sql import SqlTableSink
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
     from sparkeos.testing.job import end_job
 
     with open(argv[0]) as fh:

@@ -20,7 +20,7 @@ from sparkeos.testing.job import end_job
 def main(argv: list[str]) -> int:
     from sparkeos import exactly_once
     from sparkeos.connectors.jdbc import PostgresSink
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     spark = local_session("sparkeos-wordcount", conf={"spark.sql.shuffle.partitions": "3"})
     spec_path = ahead.spec_path(argv)

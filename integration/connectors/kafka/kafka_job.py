@@ -52,8 +52,8 @@ def run_kafka_job(spec: KafkaJobSpec, fault: str | None = None,
 def main(argv: list[str]) -> int:
     from sparkeos.connectors.kafka import KafkaSink, kafka_source, spark_kafka_jars
     from sparkeos.connectors.kafka.plain import plain_foreachbatch_writer
-    from sparkeos.core.adapter import exactly_once
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.adapter import exactly_once
+    from sparkeos.core.streaming.spark import local_session
 
     spark = local_session("sparkeos-kafka-job", "local[2]",
                           {"spark.jars": ",".join(spark_kafka_jars())})

@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import functions as F
 
     from sparkeos.connectors.kafka import spark_kafka_jars
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
     from sparkeos.testing.job import end_job
 
     with open(argv[0]) as fh:

@@ -17,7 +17,8 @@ from integration.fixtures.clouds import StagingOnCloud, StoreCasesOnly
 from integration.fixtures.hdfs import CheckpointOnHdfs
 from integration.fixtures.s3 import StagingOnS3
 from sparkeos.connectors.kafka import KafkaSink, read_topic
-from sparkeos.core.commitlog import CommitLog, open_store, sink_log_location
+from sparkeos.core.snapshot.commitlog import CommitLog, sink_log_location
+from sparkeos.core.storage.logstores import open_store
 from sparkeos.testing.conformance import (
     AtLeastOnceConformance,
     ConnectConformance,

@@ -16,10 +16,11 @@ import pytest
 
 from integration.fixtures.kafka import create_topic, unique_name
 from sparkeos.connectors.kafka import KafkaSink, read_topic
-from sparkeos.core.commitlog import CommitLog, LocalStore
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import FaultPlan, InjectedCrash
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.storage.logstores import LocalStore
 from sparkeos.testing.conformance import assert_exactly_once
 from sparkeos.testing.inprocess import ListRunner
 

@@ -22,11 +22,12 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from sparkeos.connectors.kafka import KafkaSink, read_topic
-from sparkeos.core.commitlog import CommitLog, LocalStore
 from sparkeos.core.config import CoordinatorConfig, Guarantee
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import FaultPlan, InjectedCrash
-from sparkeos.core.txpool import DIRECT_RUNS
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.snapshot.txpool import DIRECT_RUNS
+from sparkeos.core.storage.logstores import LocalStore
 from sparkeos.testing.inprocess import ListRunner
 
 from .conftest import create_topic, unique_name
@@ -57,7 +58,7 @@ def die_with_open_transactions(kwargs: dict[str, Any], sink_name: str, batch_id:
         import os
         from sparkeos.connectors.kafka import KafkaSink, markers, producers
         from sparkeos.core.config import Guarantee
-        from sparkeos.core.txpool import TransactionPool
+        from sparkeos.core.snapshot.txpool import TransactionPool
         from sparkeos.testing.inprocess import id_batch
         sink = KafkaSink(**{kwargs!r}).for_guarantee(Guarantee({guarantee.value!r}))
         pool = TransactionPool({QUERY_KEY!r}, {sink_name!r})

@@ -13,9 +13,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from sparkeos.connectors.kafka import KafkaSink, markers, read_topic
 from sparkeos.connectors.kafka.sink import _Handle
-from sparkeos.core.commitlog import CommitLog, LocalStore
 from sparkeos.core.config import CoordinatorConfig, Guarantee
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.errors import (
     AttemptFencedError,
     ConfigurationError,
@@ -23,7 +21,10 @@ from sparkeos.core.errors import (
     SchemaMismatchError,
 )
 from sparkeos.core.protocol import Transaction, TxnState
-from sparkeos.core.txpool import TransactionPool
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.snapshot.txpool import TransactionPool
+from sparkeos.core.storage.logstores import LocalStore
 from sparkeos.testing.inprocess import ID_SCHEMA, ArrowRunner, ListRunner, id_batch
 
 from .conftest import create_topic, unique_name
@@ -191,7 +192,7 @@ def test_marker_check_skips_an_already_committed_participant(
     sink.commit(again, stage(sink, again, [1, 2, 3]))
     assert ids(kafka_bootstrap, topic) == [1, 2, 3]
     # One with other rows (an at-least-once replay partitioned otherwise) is published:
-    # a marker of other rows never hides rows it does not hold (core.replay).
+    # a marker of other rows never hides rows it does not hold (core.snapshot.replay).
     other_rows = pool_txn(4, 1, tag=2)
     sink.commit(other_rows, stage(sink, other_rows, [3, 99]))
     assert ids(kafka_bootstrap, topic) == [1, 2, 3, 3, 99]

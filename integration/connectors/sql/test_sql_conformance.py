@@ -12,8 +12,8 @@ import pytest
 
 from sparkeos.connectors.sql import SqlTableSink
 from sparkeos.connectors.sql.tables import TXN_COLUMN, Tables, engine_for
+from sparkeos.core.snapshot.txpool import Transaction
 from sparkeos.core.steps import commit_step
-from sparkeos.core.txpool import Transaction
 from sparkeos.testing.conformance import (
     ConnectorConformance,
     InProcessConformance,

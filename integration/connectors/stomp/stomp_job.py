@@ -121,7 +121,7 @@ def _plain(spec: StompJobSpec, spark: Any) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    from sparkeos.core.spark import local_session
+    from sparkeos.core.streaming.spark import local_session
 
     spark = local_session("sparkeos-stomp-job", "local[2]")
     spec_path = ahead.spec_path(argv)
@@ -137,7 +137,7 @@ def run_stomp_spec(spec: StompJobSpec, spark: Any, timeout: float | None = None)
     """Run the job on ``spark`` until its input is drained (once, or with ``drain``
     until a run reads nothing); the session stays open."""
     from sparkeos.connectors.stomp import stomp_source
-    from sparkeos.core.adapter import exactly_once
+    from sparkeos.core.streaming.adapter import exactly_once
 
     if spec.mode == "plain":
         ticks = spec.checkpoint + "-ticks"  # one batch per file: a consume each

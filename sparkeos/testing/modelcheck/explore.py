@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from sparkeos.core import adapter as adapter_mod
 from sparkeos.core.protocol import CommitLocation
+from sparkeos.core.streaming import adapter as adapter_mod
 
 from .mutants import MUTANTS
 from .scenario import Scenario, run_schedule

@@ -26,13 +26,13 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sparkeos.core import adapter as adapter_mod
-from sparkeos.core import tasks as tasks_mod
-from sparkeos.core.checks import PreDecisionChecks
-from sparkeos.core.commitlog import OUTCOME, CommitLog, record_name
-from sparkeos.core.recovery import Recovery
+from sparkeos.core.snapshot import tasks as tasks_mod
+from sparkeos.core.snapshot.checks import PreDecisionChecks
+from sparkeos.core.snapshot.commitlog import OUTCOME, CommitLog, record_name
+from sparkeos.core.snapshot.recovery import Recovery
+from sparkeos.core.streaming import adapter as adapter_mod
 
-from . import system as system_mod
+from .system import ModelSink
 
 
 @contextlib.contextmanager
@@ -47,7 +47,7 @@ def _patched(target: Any, name: str, value: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def shared_attempt_ids() -> Iterator[None]:
-    original_begin = system_mod.ModelSink.begin
+    original_begin = ModelSink.begin
 
     def fencing_begin(self: Any, txn: Any) -> Any:
         held = self.system.held.get(txn.txn_id)
@@ -58,7 +58,7 @@ def shared_attempt_ids() -> Iterator[None]:
         return original_begin(self, txn)
 
     with _patched(tasks_mod, "attempt_tag", lambda attempt, task_attempts: 0), \
-            _patched(system_mod.ModelSink, "begin", fencing_begin):
+            _patched(ModelSink, "begin", fencing_begin):
         yield
 
 
@@ -106,7 +106,7 @@ def no_name_claim() -> Iterator[None]:
 @contextlib.contextmanager
 def schema_pinned_before_validate() -> Iterator[None]:
     original_check = PreDecisionChecks.check_schema
-    original_validate = system_mod.ModelSink.validate
+    original_validate = ModelSink.validate
 
     def check(self: PreDecisionChecks, batch_id: int, schemas: Any) -> None:
         if not self.recorded_schemas():
@@ -116,7 +116,7 @@ def schema_pinned_before_validate() -> Iterator[None]:
             original_validate(part, schemas[member])  # type: ignore[arg-type]
 
     with _patched(PreDecisionChecks, "check_schema", check), \
-            _patched(system_mod.ModelSink, "validate", lambda self, schema: None):
+            _patched(ModelSink, "validate", lambda self, schema: None):
         yield
 
 

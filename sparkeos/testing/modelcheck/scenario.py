@@ -35,14 +35,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core import adapter as adapter_mod
-from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator, TaskAttempt, TaskFunction, TaskResult
 from sparkeos.core.errors import ConfigurationError, DataLossError, SparkEOSError
-from sparkeos.core.group import SinkGroup
 from sparkeos.core.protocol import CommitLocation
-from sparkeos.core.txpool import Transaction, TransactionPool
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator, TaskAttempt, TaskFunction, TaskResult
+from sparkeos.core.snapshot.group import SinkGroup
+from sparkeos.core.snapshot.txpool import Transaction, TransactionPool
+from sparkeos.core.streaming import adapter as adapter_mod
 
 from .scheduler import Actor, Budget, Killed, Scheduler
 from .system import ModelSink, ModelStore, ModelSystem, id_rows
@@ -410,7 +410,7 @@ def _done(actor: Actor) -> bool:
 
 
 class _ActorRunning:
-    """A background phase 2 as the coordinator sees it (``core.overlap.Running``)."""
+    """A background phase 2 as the coordinator sees it (``core.snapshot.overlap.Running``)."""
 
     def __init__(self, sched: Scheduler, actor: Actor) -> None:
         self.sched = sched

@@ -19,7 +19,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core.commitlog import DECIDED, OUTCOME, Store, parse_record_name
 from sparkeos.core.errors import AttemptFencedError, DataLossError, RecordExistsError
 from sparkeos.core.protocol import (
     CommitLocation,
@@ -28,7 +27,8 @@ from sparkeos.core.protocol import (
     TransactionalSink,
     TxnState,
 )
-from sparkeos.core.txpool import AttemptRange
+from sparkeos.core.snapshot.commitlog import DECIDED, OUTCOME, Store, parse_record_name
+from sparkeos.core.snapshot.txpool import AttemptRange
 
 from .scheduler import Scheduler
 
@@ -167,7 +167,7 @@ class ModelSink(TransactionalSink[ModelHandle]):
         if not ranges:
             return
         self.system.step(f"sweep batches {sorted({r.batch_id for r in ranges})}")
-        from sparkeos.core.txpool import TransactionPool
+        from sparkeos.core.snapshot.txpool import TransactionPool
 
         pool = TransactionPool(ranges[0].query_key, ranges[0].sink)
         for txn_id in list(self.system.held):

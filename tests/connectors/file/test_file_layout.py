@@ -22,7 +22,7 @@ from sparkeos.connectors.file.publish import publish
 from sparkeos.connectors.file.sink import STAGING_DIR
 from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
 from sparkeos.core.protocol import TxnState
-from sparkeos.core.txpool import TransactionPool
+from sparkeos.core.snapshot.txpool import TransactionPool
 
 POOL = TransactionPool("q0", "files")
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.date32()), ("country", pa.string())])

@@ -10,7 +10,7 @@ from sparkeos.connectors.file import FileSink, committed_files, read_output
 from sparkeos.connectors.file.sink import STAGING_DIR
 from sparkeos.core.errors import ConfigurationError, DataLossError
 from sparkeos.core.protocol import TxnState
-from sparkeos.core.txpool import TransactionPool
+from sparkeos.core.snapshot.txpool import TransactionPool
 from sparkeos.testing.inprocess import ID_SCHEMA, id_batch
 
 POOL = TransactionPool("q0", "files")
@@ -66,7 +66,7 @@ def test_part_files_are_named_as_sparks_writer_names_them(tmp_path, fmt, compres
 
 
 def test_rollback_touches_one_attempt_and_sweep_the_rest(tmp_path):
-    from sparkeos.core.txpool import AttemptRange
+    from sparkeos.core.snapshot.txpool import AttemptRange
 
     sink = FileSink(str(tmp_path))
     sink.validate(ID_SCHEMA)
@@ -165,10 +165,10 @@ def test_config_is_validated_at_construction():
 def test_a_directory_the_driver_does_not_share_is_refused_before_writing(tmp_path):
     """Issue 8, defect 2: a task that does not see the driver's check file refuses
     with a ConfigurationError naming the path, before anything is staged or decided."""
-    from sparkeos.core.commitlog import CommitLog
     from sparkeos.core.config import CoordinatorConfig
-    from sparkeos.core.coordinator import Coordinator
-    from sparkeos.core.fsutil import MARK_PREFIX
+    from sparkeos.core.snapshot.commitlog import CommitLog
+    from sparkeos.core.snapshot.coordinator import Coordinator
+    from sparkeos.core.storage.fsutil import MARK_PREFIX
     from sparkeos.testing.inprocess import ListRunner, MemoryStore
 
     sink = FileSink(str(tmp_path / "out"))
@@ -216,9 +216,9 @@ def test_a_stale_copy_of_the_directory_is_not_taken_for_the_shared_one(tmp_path)
     afresh, so only the driver's own directory passes."""
     import shutil
 
-    from sparkeos.core.commitlog import CommitLog
     from sparkeos.core.config import CoordinatorConfig
-    from sparkeos.core.coordinator import Coordinator
+    from sparkeos.core.snapshot.commitlog import CommitLog
+    from sparkeos.core.snapshot.coordinator import Coordinator
     from sparkeos.testing.inprocess import ListRunner, MemoryStore
 
     out = tmp_path / "out"
@@ -249,7 +249,7 @@ def test_an_empty_partition_leaves_no_local_temp_directory_on_hdfs(tmp_path, mon
     import dataclasses
     import tempfile
 
-    from sparkeos.core.stores.local import LocalFiles
+    from sparkeos.core.storage.stores.local import LocalFiles
 
     @dataclasses.dataclass(frozen=True)
     class UploadedFiles(LocalFiles):
@@ -279,7 +279,7 @@ def test_at_least_once_leaves_no_staging_of_a_killed_run_behind(tmp_path):
     """A task of an at-least-once run killed mid-write leaves its staging directory;
     the next query run sweeps it before its first batch (which replays that batch)."""
     from sparkeos.core.config import CoordinatorConfig, Guarantee
-    from sparkeos.core.coordinator import Coordinator
+    from sparkeos.core.snapshot.coordinator import Coordinator
     from sparkeos.testing.inprocess import ListRunner
 
     config = CoordinatorConfig(name="files", guarantee=Guarantee.AT_LEAST_ONCE)

@@ -27,8 +27,8 @@ from sparkeos.connectors.file.parquet import (
 )
 from sparkeos.connectors.file.parquet_schema import java_double, schema_text
 from sparkeos.core.errors import ConfigurationError, DataRejectedError
-from sparkeos.core.spark import SPARK_SCHEMA_KEY
-from sparkeos.core.txpool import TransactionPool
+from sparkeos.core.snapshot.txpool import TransactionPool
+from sparkeos.core.streaming.spark import SPARK_SCHEMA_KEY
 from sparkeos.testing.inprocess import ID_SCHEMA, id_batch
 
 POOL = TransactionPool("q0", "files")

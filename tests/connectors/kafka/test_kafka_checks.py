@@ -66,7 +66,7 @@ def test_under_an_object_store_checkpoint_staging_goes_on_the_store_by_default(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A cloud job needs no shared POSIX path: without staging_dir a staged sink stages
     under the checkpoint, on the same store (written with conditional writes)."""
-    from sparkeos.core.stores.s3 import S3Files
+    from sparkeos.core.storage.stores.s3 import S3Files
 
     monkeypatch.delenv("SPARKEOS_KAFKA_STAGING_DIR", raising=False)
     bound = sink(staging_dir=None).for_checkpoint("s3a://lake/ckpt/q1/", "orders")

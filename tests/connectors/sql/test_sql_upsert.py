@@ -10,10 +10,10 @@ import pytest
 
 from sparkeos.connectors.sql import SqlTableSink
 from sparkeos.core import DataRejectedError, TransactionAbortedError
-from sparkeos.core.commitlog import CommitLog
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.coordinator import Coordinator
 from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
 from sparkeos.testing.inprocess import ArrowRunner, MemoryStore
 
 

@@ -129,10 +129,10 @@ def test_the_broker_kind_comes_from_the_server_header(server: str | None, kind: 
 
 
 def test_staging_may_be_on_hdfs_or_an_object_store(monkeypatch):
-    """Staging and the PUBLISHED records go through core.files: a POSIX path is made
+    """Staging and the PUBLISHED records go through core.storage.files: a POSIX path is made
     absolute, an object store's URI kept (no shared mount needed, none checked)."""
     from sparkeos.connectors.stomp import StompSink
-    from sparkeos.core.stores.s3 import S3Files
+    from sparkeos.core.storage.stores.s3 import S3Files
 
     monkeypatch.delenv("SPARKEOS_WEBHDFS_PORT", raising=False)
     on_s3 = StompSink("stomp://h:61613", destination="q", staging_dir="s3a://lake/stomp/")

@@ -15,7 +15,7 @@ import pytest
 
 from sparkeos.connectors.stomp import StompSink
 from sparkeos.connectors.stomp import sink as stomp_sink
-from sparkeos.core.txpool import DIRECT_RUNS, TransactionPool
+from sparkeos.core.snapshot.txpool import DIRECT_RUNS, TransactionPool
 
 
 class Killed(Exception):

@@ -1,0 +1,289 @@
+"""Variants of ``ConnectorConformance``: classes put first in the bases of a
+connector's conformance class to run a part of the suite, or the suite somewhere else
+(a standalone cluster, Spark Connect, the sink's Spark format).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from sparkeos.core.faults import BARRIER_ENV
+from sparkeos.core.protocol import CommitLocation
+
+from .cases import ConnectorConformance
+from .support import CRASH_BATCH, assert_exactly_once
+
+CONNECT_CASES = frozenset({"test_end_to_end_several_batches", "test_driver_crash_then_restart"})
+SAMPLED_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided",
+                         "after_first_commit")
+"""A kill before the decision (from a task in phase 1), one between the decision and the
+commits and one among the commits: each way a job can die. Variants of a suite that
+change where the job runs or stores its state (Spark Connect, HDFS) run these; the
+protocol code is the same, the in-process crash matrix runs every point against each
+connector's destination, and the file sink's plain suite every point in real
+processes."""
+
+
+class ClusterConformance:
+    """Put first in the bases of a connector's conformance class to run it on the local
+    Spark standalone cluster (fixture ``spark_cluster``: executors on two hosts of
+    their own) as well: the driver killed between the decision and the commits, then
+    restarted; and an executor lost (SIGKILL of its JVM) in the middle of phase 1
+    (``TaskCommitClusterConformance`` adds phase 2). Every id exactly once."""
+
+    @pytest.mark.cluster
+    @pytest.mark.chaos
+    def test_driver_crash_then_restart_on_a_cluster(self, workdir: str,
+                                                    spark_cluster: str) -> None:
+        suite: Any = self
+        expected = suite.prepare_input(workdir)
+        spec = suite.job(workdir, master=spark_cluster)
+        crashed = suite.run(spec, fault=f"after_decided@{CRASH_BATCH}")
+        assert crashed.crashed, f"fault after_decided did not fire:\n{crashed.tail()}"
+        suite.run_to_completion(spec)
+        assert_exactly_once(suite.visible_ids(workdir), expected)
+
+    @pytest.mark.cluster
+    @pytest.mark.chaos
+    def test_executor_lost_in_phase_1_on_a_cluster(self, workdir: str,
+                                                   spark_cluster: str) -> None:
+        self.executor_lost(workdir, spark_cluster, "kill_executor_before_prepare")
+
+    def executor_lost(self, workdir: str, spark_cluster: str, point: str) -> None:
+        suite: Any = self
+        expected = suite.prepare_input(workdir)
+        spec = suite.job(workdir, master=spark_cluster)
+        evidence = os.path.join(workdir, "faults")
+        result = suite.run(spec, fault=f"{point}@{CRASH_BATCH}", env={BARRIER_ENV: evidence})
+        assert os.path.exists(os.path.join(evidence, f"executor-killed-{point}")), (
+            f"{point} killed no executor:\n{result.tail()}")
+        if result.returncode != 0:  # Spark gave up on the batch: the query restarts
+            suite.run_to_completion(spec)
+        assert_exactly_once(suite.visible_ids(workdir), expected)
+
+
+class TaskCommitClusterConformance(ClusterConformance):
+    """``ClusterConformance`` for sinks that commit in tasks (``CommitLocation.TASKS``):
+    an executor is also lost right after it committed a participant, before Spark has
+    the task's result, so Spark runs that commit again elsewhere."""
+
+    @pytest.mark.cluster
+    @pytest.mark.chaos
+    def test_executor_lost_in_phase_2_on_a_cluster(self, workdir: str,
+                                                   spark_cluster: str) -> None:
+        assert self.sink_factory(workdir).commit_location is CommitLocation.TASKS  # type: ignore[attr-defined]
+        self.executor_lost(workdir, spark_cluster, "kill_executor_after_commit")
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("point", ["task_fail_after_prepare"])
+def _task_retry_after_prepare_only(self: Any, workdir: str, point: str) -> None:
+    """The task-retry case sampled: a retry that meets the dead attempt's prepared state."""
+    ConnectorConformance.test_task_retry_reuses_the_transaction_id(self, workdir, point)
+
+
+class SampledConformance:
+    """Put first in the bases of a variant of a connector's conformance class (the same
+    sink with its state on other storage, e.g. HDFS) to run the in-process cases (of the
+    replay cases, the at-least-once replay on other partitions) and a sample of the
+    Spark jobs: end to end and a task retry after prepare. The driver kills, the
+    plain-writer, no-retry, at-least-once and speculation cases run in the plain suite:
+    they exercise the protocol, not the storage. Combine with ``ClusterConformance``
+    for a driver kill and lost executors with the state on that storage."""
+
+    test_plain_foreachbatch_duplicates_under_the_same_crash = None
+    test_driver_crash_then_restart = None
+    test_driver_killed_while_a_batch_commits_in_the_background = None
+    test_overlapped_batch_finished_by_a_restart_without_new_input = None
+    test_speculative_attempts_on_a_cluster = None
+    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
+    test_at_least_once_queries_with_the_session_checkpoint_lose_nothing = None
+    test_soak_many_tiny_batches_stay_bounded = None
+    test_recover_refuses_beside_a_long_batch = None
+    # The replay rule is the connector's: one case of it against the other storage.
+    test_exactly_once_replay_partitioned_otherwise = None
+    test_at_least_once_replay_partitioned_as_before_loses_nothing = None
+    test_at_least_once_replay_shuffled_writes_nothing_again = None
+    test_at_least_once_queries_are_told_apart_by_spark_query_id = None
+    test_a_switch_to_exactly_once_over_a_half_written_batch = None
+
+    test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
+
+
+SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_transaction_id",
+               "test_driver_killed_while_a_batch_commits_in_the_background",
+               "test_overlapped_batch_finished_by_a_restart_without_new_input",
+               "test_recover_refuses_beside_a_long_batch",
+               "test_end_to_end_several_batches",
+               "test_at_least_once_task_killed_then_replayed_with_fewer_partitions",
+               "test_at_least_once_queries_with_the_session_checkpoint_lose_nothing",
+               "test_plain_foreachbatch_duplicates_under_the_same_crash",
+               "test_speculative_attempts_on_a_cluster",
+               "test_driver_crash_then_restart_on_a_cluster",
+               "test_executor_lost_in_phase_1_on_a_cluster",
+               "test_executor_lost_in_phase_2_on_a_cluster")
+"""The cases that run Spark jobs (the rest run in process against the destination)."""
+
+
+class SampledDriverKills:
+    """Put first in the bases of a connector's conformance class to kill the driver in
+    real processes at one point of each kind (before the decision from a task in phase 1,
+    between the decision and the commits, among the commits) instead of all eight. The
+    in-process crash matrix still runs every point against the connector's real
+    destination; the points left out (``after_begun``, ``after_all_prepared``,
+    ``after_all_commits``, ``after_finished``) exercise the protocol's code, not the
+    connector's, and the file sink's suite runs them in real processes.
+
+    It samples the other Spark cases the same way: a task retried after it prepared
+    (the retry meets the dead attempt's prepared state; a retry before prepare is in
+    the in-process matrix), and speculation on the cluster with the copy winning (the
+    original then prepares as a zombie after the decision; both orders run in process
+    against the destination, and the file sink's suite runs both on the cluster).
+
+    The kills end without the extra run whose task fails with no retries left: that
+    abort is Spark's and the protocol's, proven through Spark by the file sink's suites;
+    the connector's rollback of a failed task's prepared work runs in its in-process
+    matrix (``task_fail_after_prepare``)."""
+
+    driver_kill_points = SAMPLED_DRIVER_POINTS
+    abort_after_kills = False
+    overlap_kill_points = ("after_first_commit",)
+
+    test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
+    test_recover_refuses_beside_a_long_batch = None  # the route's lease: the file sink's
+    # The start hook's commit is recovery's (the in-process matrix runs it against the
+    # destination, the recovery cases through Spark); the file sink's suite runs it.
+    test_overlapped_batch_finished_by_a_restart_without_new_input = None
+
+    @pytest.mark.speculation
+    @pytest.mark.parametrize("winner", ["copy"])
+    def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
+                                               winner: str) -> None:
+        super().test_speculative_attempts_on_a_cluster(  # type: ignore[misc]
+            workdir, spark_cluster, winner)
+
+
+class InProcessConformance:
+    """Put first in the bases of a variant of a connector's conformance class whose
+    difference the Spark jobs do not exercise (another mode of the same commit, the same
+    connector on another database): the in-process cases only (the crash matrix,
+    concurrent attempts, the commit races)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in SPARK_CASES:
+            setattr(cls, name, None)
+
+
+AT_LEAST_ONCE_CASES = frozenset({
+    "test_at_least_once_replay_partitioned_otherwise_loses_nothing",
+    "test_at_least_once_replay_partitioned_as_before_loses_nothing",
+    "test_at_least_once_replay_shuffled_writes_nothing_again",
+    "test_at_least_once_queries_are_told_apart_by_spark_query_id",
+    "test_at_least_once_task_killed_then_replayed_with_fewer_partitions"})
+
+
+class AtLeastOnceConformance:
+    """Put first in the bases of a variant of a connector's conformance class that
+    offers only ``at_least_once`` (a direct mode, e.g. ``KafkaSink(mode="direct")``):
+    the cases of that guarantee only, in process and through Spark: a batch half
+    written by the run that died is replayed on fewer and on more partitions, and on
+    the same ones; never a row lost."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in dir(cls):
+            if name.startswith("test_") and name not in AT_LEAST_ONCE_CASES:
+                setattr(cls, name, None)
+
+
+class ConnectConformance:
+    """Put first in the bases of a connector's conformance class to run its end-to-end
+    and driver-kill cases through Spark Connect (a local Connect server per job, killed
+    with the job), e.g. ``class TestFileConnect(ConnectConformance, TestFileSink)``.
+    Every other case of the suite is left out of the subclass: the in-process cases do
+    not involve Spark, and the task and speculation cases need a classic cluster."""
+
+    connect = True
+    pytestmark = [pytest.mark.connect]
+    driver_kill_points = SAMPLED_DRIVER_POINTS
+    abort_after_kills = False  # a task's failure is Spark's, the same under Connect
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in dir(cls):  # a case the subclass names itself is kept
+            if (name.startswith("test_") and name not in CONNECT_CASES
+                    and name not in cls.__dict__):
+                setattr(cls, name, None)  # pytest collects no test of that name
+
+
+REPLAY_CASES = frozenset({"test_exactly_once_replay_partitioned_otherwise",
+                          "test_at_least_once_replay_partitioned_otherwise_loses_nothing",
+                          "test_at_least_once_replay_partitioned_as_before_loses_nothing",
+                          "test_at_least_once_replay_shuffled_writes_nothing_again",
+                          "test_at_least_once_queries_are_told_apart_by_spark_query_id",
+                          "test_a_switch_to_exactly_once_over_a_half_written_batch"})
+"""The replay cases: in process, through the route of the class (``replay_route``)."""
+FORMAT_CASES = REPLAY_CASES | frozenset({
+                          "test_end_to_end_several_batches", "test_driver_crash_then_restart",
+                          "test_recover_refuses_beside_a_long_batch",
+                          "test_task_retry_reuses_the_transaction_id",
+                          "test_at_least_once_task_killed_then_replayed_with_fewer_partitions",
+                          "test_at_least_once_queries_with_the_session_checkpoint_lose_nothing",
+                          "test_speculative_attempts_on_a_cluster"})
+
+
+class FormatConformance:
+    """Put first in the bases of a connector's conformance class to run its Spark cases
+    through the sink's Spark format (``writeStream.format("sparkeos-...")``; implement
+    ``format_spec``, and ``format_rows`` if its ``select`` projects the rows): end to
+    end, the driver killed at every point, task retries, at-least-once with a task
+    killed, a speculative copy winning on the cluster (the original goes on as a
+    zombie), and the replay cases in process through the format's own calls
+    (``sparkeos.testing.formatroute``). The other in-process cases are the same code
+    whichever route runs the batch, and are left out."""
+
+    route = "format"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in dir(cls):  # a case the subclass names itself is kept
+            if (name.startswith("test_") and name not in FORMAT_CASES
+                    and name not in cls.__dict__):
+                setattr(cls, name, None)
+
+    @pytest.mark.speculation
+    @pytest.mark.parametrize("winner", ["copy"])
+    def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
+                                               winner: str) -> None:
+        ConnectorConformance.test_speculative_attempts_on_a_cluster(
+            self, workdir, spark_cluster, winner)  # type: ignore[arg-type]
+
+
+FORMAT_SAMPLED_POINTS = ("kill_driver_after_first_prepare", "after_first_commit")
+"""A kill from a task in phase 1 and one among the commits of phase 2."""
+
+
+class SampledFormatConformance(FormatConformance):
+    """``FormatConformance`` for a sink whose route is proven by another's full run
+    (the file sink's): end to end, and the driver killed in phase 1 and in phase 2,
+    where what the sink does differs (its prepare, its commit from the process Spark
+    commits in). Task retries, at-least-once and speculation through the format are
+    the route's own code, the same for every sink."""
+
+    driver_kill_points = FORMAT_SAMPLED_POINTS
+    abort_after_kills = False  # the route's abort(): the file format's suite proves it
+    test_task_retry_reuses_the_transaction_id = None
+    test_recover_refuses_beside_a_long_batch = None
+    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
+    test_speculative_attempts_on_a_cluster = None  # type: ignore[assignment]
+
+
+__all__ = ["AT_LEAST_ONCE_CASES", "CONNECT_CASES", "FORMAT_CASES", "FORMAT_SAMPLED_POINTS",
+           "REPLAY_CASES", "SAMPLED_DRIVER_POINTS", "SPARK_CASES", "AtLeastOnceConformance",
+           "ClusterConformance", "ConnectConformance", "FormatConformance",
+           "InProcessConformance", "SampledConformance", "SampledDriverKills",
+           "SampledFormatConformance", "TaskCommitClusterConformance"]
