@@ -106,17 +106,49 @@ class _MovedLoader(importlib.abc.Loader):
             module.__spec__ = self._own_spec
 
 
+class _StandIn(types.ModuleType):
+    """An old path whose names went to several homes: each name is read from, set on
+    and deleted from the home that had it when the stand-in was made (so a patch
+    through the old path reaches the code that uses the name, and is undone there)."""
+
+    def __init__(self, name: str, homes: list[types.ModuleType]) -> None:
+        super().__init__(name, homes[0].__doc__)
+        owners: dict[str, types.ModuleType] = {}
+        for home in reversed(homes):  # the first home that has a name owns it
+            owners.update((n, home) for n in vars(home) if not n.startswith("__"))
+        object.__setattr__(self, "_owners", owners)
+        object.__setattr__(self, "_first", homes[0])
+        object.__setattr__(self, "__all__", sorted({
+            n for home in homes for n in getattr(home, "__all__", [
+                n for n in vars(home) if not n.startswith("_")])}))
+
+    def _home(self, attribute: str) -> types.ModuleType:
+        owners: dict[str, types.ModuleType] = object.__getattribute__(self, "_owners")
+        return owners.get(attribute) or object.__getattribute__(self, "_first")
+
+    def __getattr__(self, attribute: str) -> Any:
+        try:
+            return getattr(self._home(attribute), attribute)
+        except AttributeError:
+            raise AttributeError(
+                f"module {self.__name__!r} has no attribute {attribute!r}") from None
+
+    def __setattr__(self, attribute: str, value: Any) -> None:
+        if attribute.startswith("__"):
+            object.__setattr__(self, attribute, value)
+        else:
+            setattr(self._home(attribute), attribute, value)
+
+    def __delattr__(self, attribute: str) -> None:
+        delattr(self._home(attribute), attribute)
+
+    def __dir__(self) -> list[str]:
+        owners: dict[str, types.ModuleType] = object.__getattribute__(self, "_owners")
+        return sorted(owners)
+
+
 def _stand_in(name: str, homes: list[types.ModuleType]) -> types.ModuleType:
-    module = types.ModuleType(name, homes[0].__doc__)
-
-    def __getattr__(attribute: str) -> Any:
-        for home in homes:
-            if hasattr(home, attribute):
-                return getattr(home, attribute)
-        raise AttributeError(f"module {name!r} has no attribute {attribute!r}")
-
-    module.__getattr__ = __getattr__  # type: ignore[method-assign]
-    return module
+    return _StandIn(name, homes)
 
 
 def install() -> None:

@@ -76,14 +76,6 @@ class Store(ABC):
         return []
 
 
-
-
-
-
-
-
-
-
 SINK_LOGS_DIR = "sparkeos"
 """The directory of a checkpoint that holds one commit log per sink name."""
 
@@ -96,8 +88,6 @@ def checkpoint_of_log(log_location: str) -> str:
     """The query checkpoint a sink's commit log lies under (``sink_log_location``'s
     inverse)."""
     return log_location.rsplit(f"/{SINK_LOGS_DIR}/", 1)[0]
-
-
 
 
 def _exists(name: str, location: str) -> RecordExistsError:

@@ -30,6 +30,12 @@ SINGLE = ""
 """The member name of a coordinator's only sink (its log records name no member)."""
 
 
+SINK_GROUP_TYPE = "sparkeos.core.group.SinkGroup"
+"""How commit logs name a sink group (``sink.json``'s ``sink_type``, compared on every
+restart): the class's path when the first logs were written. A recorded name is data,
+so it stays when the class moves (it is ``core.snapshot.group`` now)."""
+
+
 @dataclass(frozen=True)
 class SinkGroup:
     """The members of one decision, by name (names are recorded: keep them stable)."""
@@ -52,6 +58,8 @@ class SinkGroup:
 
     @property
     def type_name(self) -> str:
+        if type(self) is SinkGroup:
+            return SINK_GROUP_TYPE
         return f"{type(self).__module__}.{type(self).__qualname__}"
 
     def identity(self) -> JsonDict:
@@ -118,6 +126,8 @@ def members_of(sink: TransactionalSink[Any] | SinkGroup) -> dict[str, Transactio
 
 
 def _load_class(type_name: str) -> Any:
+    if type_name == SINK_GROUP_TYPE:
+        return SinkGroup
     module, _, qualname = type_name.rpartition(".")
     cls: Any = importlib.import_module(module)
     for part in qualname.split("."):

@@ -131,6 +131,4 @@ class LeaseKeeper:
             self.renew()
 
 
-
-
 __all__ = ["LeaseKeeper", "driver_pid", "lease_held", "lease_record"]

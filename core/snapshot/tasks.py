@@ -197,8 +197,6 @@ class CommitTask:
         return txn.partition
 
 
-
-
 @dataclass
 class _Written:
     handle: Any
@@ -225,7 +223,6 @@ def _write_transaction(
             sink.abort(handle, txn)
         raise
     return _Written(handle, count)
-
 
 
 Runners = BatchRunner | Mapping[str, BatchRunner]

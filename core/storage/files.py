@@ -112,15 +112,5 @@ class Files(ABC):
         """Make ``path``'s data (or a directory's entries) survive a crash of this host."""
 
 
-
-
-
-
-
-
-
-
-
-
 __all__ = ["AZURE_SCHEMES", "GCS_SCHEMES", "OBJECT_STORES", "S3_SCHEMES", "WRITE_ONCE_STORES",
            "Files"]

@@ -123,8 +123,6 @@ def session_settings(session: Any, names: Sequence[str]) -> dict[str, str]:
     return found
 
 
-
-
 SPARK_SCHEMA_KEY = b"sparkeos.spark_schema"
 """In the Arrow schema a sink is given: the batch's Spark schema (``StructType.json()``),
 for sinks that write what Spark's own writer writes from it (the file sink's Parquet)."""

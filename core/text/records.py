@@ -46,8 +46,6 @@ Record = tuple[str | None, bytes | None, bytes | None, list[tuple[str, bytes | N
 """(topic or None for the default topic, value, key, headers or None)."""
 
 
-
-
 def _is_text(t: pa.DataType) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
                 or getattr(pa.types, "is_string_view", lambda _: False)(t))

@@ -217,8 +217,8 @@ class ConnectorConformance(RaceCases, ReplayCases):
         """``overlap_commits``: the last batch is decided, Spark counts it done (its
         commit log holds it), and the driver dies before any of it is committed
         (``kill_once_spark_counted``). The restart has no new input, so Spark runs no
-        batch: the adapter's start hook (``core.streaming.onstart``) commits it, and every id is
-        visible once when the restarted query ends."""
+        batch: the adapter's start hook (``core.streaming.onstart``) commits it, and every id
+        is visible once when the restarted query ends."""
         expected = self.prepare_input(workdir, files=2)
         spec = self.job(workdir)
         spec.settings["overlap_commits"] = True
@@ -260,8 +260,7 @@ class ConnectorConformance(RaceCases, ReplayCases):
         The restart replays the batch on one partition (a restart on fewer cores, another
         ``repartition``): that partition holds other rows than partition 0 held, so it
         must be written, not skipped on partition 0's marker (the replay rule, see
-        ``sparkeos.testing.conformance.replays``); the dead attempt's claim must not
-        block it."""
+        ``conformance.replays``); the dead attempt's claim must not block it."""
         if not self.at_least_once_supported(workdir):
             pytest.skip("the connector does not offer at_least_once")
         expected = self.prepare_input(workdir)

@@ -12,7 +12,7 @@ AFTER_ALL_COMMITS = ("after_all_commits", "after_finished")
 OVERLAP_POINTS = ("after_first_commit", "after_finished")
 """Points of phase 2, which ``overlap_commits`` runs in the background: among the
 commits and after the last record (``after_all_commits`` differs from the latter only
-by the ``finished`` record; ``tests/core/test_overlap.py`` crashes at every point)."""
+by the ``finished`` record; ``tests/core/snapshot/test_overlap.py`` crashes at every point)."""
 CRASH_BATCH = 1
 SPECULATION_CONF = {
     "spark.speculation": "true",
@@ -30,7 +30,7 @@ REPLAY_RULE = (
     "the replay rule (docs/writing-a-connector.md, 'Replays'; CHANGELOG.md, "
     "'Connector contract'): a "
     "participant of a replay may write nothing only when what was committed for its "
-    "(batch, partition) holds the same rows (core.fingerprint.Written); a marker alone "
+    "(batch, partition) holds the same rows (core.snapshot.fingerprint.Written); a marker alone "
     "says nothing about the rows of a replay partitioned otherwise")
 
 

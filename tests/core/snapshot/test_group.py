@@ -102,6 +102,22 @@ def test_the_group_rebuilds_from_its_description() -> None:
     assert rebuilt.members["b"] == FileSink("/tmp/b", format="parquet")
 
 
+def test_the_recorded_type_name_of_a_group_stays_when_the_class_moves() -> None:
+    """Commit logs record a group as ``sparkeos.core.group.SinkGroup`` (``sink.json``'s
+    ``sink_type``, compared at every restart): the name a log written before the class
+    moved to ``core.snapshot.group`` holds, read without the old module path."""
+    import warnings
+
+    from sparkeos.connectors.file import FileSink
+    from sparkeos.core.snapshot.group import load_sink
+
+    group = SinkGroup({"a": FileSink("/tmp/a")})
+    assert group.type_name == "sparkeos.core.group.SinkGroup"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert isinstance(load_sink(group.type_name, group.describe()), SinkGroup)
+
+
 def test_a_plain_setting_goes_only_to_the_members_that_take_it() -> None:
     """`sparkeos recover --set dsn=...` on {PostgreSQL, file}: the secret DSN (never
     recorded) reaches the PostgreSQL member; the file member, which has no such
