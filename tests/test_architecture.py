@@ -236,6 +236,36 @@ def test_connectors_depend_on_core_only(project: ImportGraph) -> None:
     assert connector_crossings(project) == []
 
 
+def unresolved(graph: ImportGraph, roots: Iterable[str]) -> list[str]:
+    """Imports of the project's packages that name no module of it (a relative import
+    left behind by a move fails only when its function runs)."""
+    found = []
+    for module, path in sorted(graph.modules.items()):
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [_from_module(node, package)]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            found += [f"{module}:{node.lineno} -> {name}" for name in names
+                      if any(_within(name, root) for root in roots)
+                      and name not in graph.modules]
+    return found
+
+
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def test_every_import_of_the_project_names_a_module_of_it(project: ImportGraph) -> None:
+    assert unresolved(project, PACKAGES) == []
+
+
 def test_the_checks_find_a_circle_and_a_trespass(tmp_path: Path) -> None:
     """The checks above can fail: a planted circle and a planted trespass are found."""
     (tmp_path / "snapshot").mkdir()
@@ -252,6 +282,9 @@ def test_the_checks_find_a_circle_and_a_trespass(tmp_path: Path) -> None:
     assert circles(graph.runtime) == [["pkg.snapshot.a", "pkg.snapshot.b"]]
     assert trespasses(graph, {"pkg.snapshot": ("pyspark", "pkg.streaming")}) == [
         "pkg.snapshot.b -> pyspark", "pkg.snapshot.d -> pkg.streaming.x"]
+    (tmp_path / "snapshot" / "e.py").write_text("def later():\n    from .gone import x\n")
+    assert unresolved(read_graph({"pkg": tmp_path}), ["pkg"]) == [
+        "pkg.snapshot.e:2 -> pkg.snapshot.gone"]
 
 
 CLASS_LINES, FUNCTION_LINES = 250, 60

@@ -601,7 +601,7 @@ class ConnectorConformance(RaceCases, ReplayCases):
         """Thousands of tiny batches with driver kills and task retries sprinkled in:
         every id exactly once, and the commit log, the connector's bookkeeping, what is
         staged or prepared and the driver's memory stay bounded."""
-        from .soak import RETAIN_BATCHES, run_soak, soak_batches
+        from ..soak import RETAIN_BATCHES, run_soak, soak_batches
 
         batches = soak_batches(self.soak_batches_default)
         spec = self.sink_spec(workdir)
