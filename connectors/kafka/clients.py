@@ -2,12 +2,24 @@
 
 Sinks are pickled to Spark's Python workers; clients never are.
 
-Transactional producers are *not* cached: every transaction (a phase-2 commit, a
-direct-mode task, a rollback) starts a fresh producer whose ``init_transactions``
-fences every earlier producer of the same transactional ID and aborts whatever it
-left open. That is the fencing step of the protocol, and librdkafka allows it only
-once per producer instance. It costs one round trip to the transaction coordinator
-(tens of milliseconds), once per participant and batch.
+Transactional producers of phase 2 are kept between batches (``take_producer`` /
+``keep_producer``), at most ``_MAX_PRODUCERS`` per process, outside Spark tasks (the
+format's commit worker, a driver): creating one and its ``init_transactions`` cost about
+60 to 110 ms, once per participant and batch without the cache. (A Spark task's next
+commit of an ID lands in any Python worker, so there a kept producer would mostly be
+fenced before its reuse.) ``init_transactions`` fences every earlier producer of the
+same transactional ID and aborts whatever it left open; librdkafka allows it once per
+producer instance. A kept producer skips it, which is safe because (1) a producer is
+kept only after a clean end (its transaction committed or never begun), so nothing of
+its own is open; (2) a producer is taken out of the cache for the whole commit, so two
+committers of this process never share one; (3) any other producer of the ID that
+started since (a twin commit, a recovery) bumped the ID's epoch, so the broker refuses
+every transactional request of the kept one (``ProducerFenced``) and it can commit
+nothing. Any failure of a kept producer's publish (fenced; its marker read, kept short,
+held by offsets a dead twin left pending) starts it over at once with a fresh producer,
+whose ``init_transactions`` fences the other and aborts what it left open. Direct-mode
+tasks and rollbacks always start a fresh producer: their ``init_transactions`` is the
+point.
 
 Marker consumers (never subscribed; used to read a marker group's committed offset
 and to get its group metadata) and admin clients hold no transactional state, so
@@ -16,15 +28,20 @@ each Python worker keeps up to ``_MAX_CACHED`` of them.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 _MAX_CACHED = 16
+_MAX_PRODUCERS = 64
 _lock = threading.RLock()
 _consumers: OrderedDict[tuple[str, str], Any] = OrderedDict()
 _admins: dict[str, Any] = {}
+_producers: OrderedDict[str, Any] = OrderedDict()
+"""Idle phase-2 producers by their settings (``transactional.id`` included)."""
+_producers_pid = os.getpid()
 
 # Keys KafkaSink sets itself; setting them in producer_config is an error.
 OWNED_KEYS = frozenset({
@@ -60,6 +77,36 @@ def new_producer(config: Mapping[str, Any]) -> Any:
     from confluent_kafka import Producer
 
     return Producer(dict(config))
+
+
+def take_producer(settings: Mapping[str, Any]) -> Any | None:
+    """This process's idle producer of these settings, taken out of the cache (the
+    caller has it alone until ``keep_producer``), or None."""
+    global _producers_pid
+    with _lock:
+        if _producers_pid != os.getpid():  # a forked child: its parent's clients are not its
+            _producers.clear()
+            _producers_pid = os.getpid()
+        return _producers.pop(fingerprint(settings), None)
+
+
+def keep_producer(settings: Mapping[str, Any], producer: Any) -> None:
+    """Keep a producer whose last transaction ended cleanly (committed, or none begun)
+    for the next commit of its transactional ID in this process."""
+    evicted = []
+    with _lock:
+        if _producers_pid != os.getpid():
+            evicted.append(producer)
+        else:
+            key = fingerprint(settings)
+            previous = _producers.pop(key, None)
+            if previous is not None:
+                evicted.append(previous)
+            _producers[key] = producer
+            while len(_producers) > _MAX_PRODUCERS:
+                evicted.append(_producers.popitem(last=False)[1])
+    for p in evicted:
+        close_quietly(p)
 
 
 def marker_consumer(config: Mapping[str, Any], group: str) -> Any:
@@ -170,7 +217,10 @@ def clear_caches() -> None:
     """Close every cached client of this process (tests, benchmarks)."""
     with _lock:
         clients = list(_consumers.values())
+        if _producers_pid == os.getpid():
+            clients += list(_producers.values())
         _consumers.clear()
+        _producers.clear()
         _admins.clear()
     for c in clients:
         close_quietly(c)

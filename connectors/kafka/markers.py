@@ -85,7 +85,7 @@ def committed_batch(config: KafkaConfig, txn: Transaction, phase: str,
 
 
 def committed_marker(config: KafkaConfig, txn: Transaction, phase: str,
-                     recovering: bool = False) -> Marker:
+                     recovering: bool = False, timeout_s: float | None = None) -> Marker:
     """The participant's marker: the last batch committed and what it wrote.
 
     The marker offset answers in one call. It is absent before the participant's
@@ -100,7 +100,7 @@ def committed_marker(config: KafkaConfig, txn: Transaction, phase: str,
     try:
         consumer = clients.marker_consumer(client_config, group)
         parts = consumer.committed([TopicPartition(config.marker_topic, 0)],
-                                   timeout=config.timeout_s)
+                                   timeout=timeout_s or config.timeout_s)
     except BaseException as exc:
         clients.drop_consumer(client_config, group)
         raise failed(config, exc, txn, phase, f"marker read (group {group})") from None
@@ -165,22 +165,31 @@ def commit_with_marker(config: KafkaConfig, producer: Any, txn: Transaction,
                        written: Written | None) -> None:
     """Add the progress record and the marker to the producer's open transaction, and
     commit it: the records, the marker and the progress record become visible at
-    once."""
+    once (the progress record last: the shared marker topic stays pinned only while
+    the transaction commits)."""
     from confluent_kafka import TopicPartition
 
     group = marker_group(config, txn)
     consumer = clients.marker_consumer(config.client_config(), group)
-    # The progress record: the marker that never expires (a compacted topic keeps the
-    # last record per participant), in the same transaction as the records.
-    recorded = {**(written.as_json() if written else {}), "txn": txn.txn_id}
-    value = {"batch": txn.batch_id, **recorded}
-    producer.produce(config.marker_topic, json.dumps(value).encode(), group.encode(),
-                     partition=0)
-    metadata = json.dumps(recorded)
+    send_progress(config, producer, txn, written)
+    metadata = json.dumps(_what_is_recorded(txn, written))
     marker = [TopicPartition(config.marker_topic, 0, txn.batch_id + 1, metadata=metadata)]
     retrying(config.timeout_s, lambda: producer.send_offsets_to_transaction(
         marker, consumer.consumer_group_metadata(), config.timeout_s))
     retrying(config.timeout_s, lambda: producer.commit_transaction(config.timeout_s))
+
+
+def send_progress(config: KafkaConfig, producer: Any, txn: Transaction,
+                  written: Written | None) -> None:
+    """The progress record: the marker that never expires (a compacted topic keeps the
+    last record per participant), in the same transaction as the records."""
+    value = {"batch": txn.batch_id, **_what_is_recorded(txn, written)}
+    producer.produce(config.marker_topic, json.dumps(value).encode(),
+                     marker_group(config, txn).encode(), partition=0)
+
+
+def _what_is_recorded(txn: Transaction, written: Written | None) -> dict[str, Any]:
+    return {**(written.as_json() if written else {}), "txn": txn.txn_id}
 
 
 def output_of_other_queries(config: KafkaConfig, query_key: str, sink: str) -> str | None:

@@ -1,9 +1,10 @@
 """The transactional producer's lifecycle, and the retry policy of its calls.
 
-Every Kafka transaction gets a fresh producer (``clients`` says why none is cached):
-``init_producer`` creates it with the participant's ``transactional.id``, connects and
-runs ``init_transactions`` (which fences every earlier producer of the ID and aborts
-what it left open); ``produce`` sends serialised records, waiting for room when the
+``init_producer`` creates a producer with the participant's ``transactional.id``,
+connects and runs ``init_transactions`` (which fences every earlier producer of the ID
+and aborts what it left open); ``phase2_producer`` takes the one this process kept
+from an earlier batch instead, where there is one (``clients`` says why that is safe);
+``produce`` sends serialised records, waiting for room when the
 local queue is full; ``abort_quietly`` / ``clients.close_quietly`` end it.
 ``retrying`` retries a transactional API call on retriable errors within the sink's
 ``timeout_s``; a whole phase-2 publish is retried by ``publish``.
@@ -47,6 +48,25 @@ def init_producer(config: KafkaConfig, txn: Transaction, phase: str) -> Any:
         clients.close_quietly(producer)
         raise failed(config, exc, txn, phase, "init_transactions") from None
     return producer
+
+
+def phase2_producer(config: KafkaConfig, txn: Transaction, phase: str) -> tuple[Any, bool]:
+    """A producer for one phase-2 transaction of ``txn``'s participant, and whether it
+    was kept from an earlier one (not fenced by this commit: ``clients``)."""
+    kept = clients.take_producer(config.producer_settings(config.transactional_id(txn)))
+    if kept is not None:
+        return kept, True
+    return init_producer(config, txn, phase), False
+
+
+def in_spark_task() -> bool:
+    """Whether this runs inside a Spark task (phase 2 of foreachBatch), not in the
+    format's commit worker or a driver."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return False
+    return TaskContext.get() is not None
 
 
 def retrying(timeout_s: float, call: Callable[[], T]) -> T:

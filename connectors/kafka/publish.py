@@ -1,15 +1,16 @@
 """Phase 2 of staged mode: publish a decided attempt's staged records to Kafka.
 
-In a Spark task, after ``decided(N)``: a fresh producer of the participant's
-transactional ID fences every earlier one; the marker says whether batch N is
-committed already with these rows (then nothing is sent: commit is idempotent; a
-commit of other rows, by an at-least-once run before the query moved to exactly-once,
-is reported and does not count); else one Kafka transaction carries every staged
-record, the progress record and the marker (under at-least-once, a first progress
-record too: ``pool``). The
-``commit_step`` calls are where the conformance suite pauses one of two concurrent
-committers. Transient failures (leader moves, broker restarts, abortable errors) start
-over with a fresh producer, a few times within the transaction timeout.
+In a Spark task or the format's commit worker, after ``decided(N)``: a producer of
+the participant's transactional ID (this process's from an earlier batch, else a fresh
+one whose ``init_transactions`` fences every earlier one: ``clients``); the marker says
+whether batch N is committed already with these rows (then nothing is sent: commit is
+idempotent; a commit of other rows, by an at-least-once run before the query moved to
+exactly-once, is reported and does not count); else one Kafka transaction carries every
+staged record, the progress record and the marker (under at-least-once, a first
+progress record too: ``pool``). The ``commit_step`` calls are where the conformance
+suite pauses one of two concurrent committers. Transient failures (leader moves, broker
+restarts, abortable errors) start over with a fresh producer, a few times within the
+transaction timeout.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .config import KafkaConfig
 from .errors import PHASE2, failed, is_fenced, is_retriable, requires_abort, underlying
 
 _ATTEMPTS = 4
+KEPT_MARKER_READ_S = 3.0
 
 
 def commit_staged(config: KafkaConfig, txn: Transaction, receipt: Receipt, *,
@@ -58,34 +60,69 @@ def commit_staged(config: KafkaConfig, txn: Transaction, receipt: Receipt, *,
 
 def publish(config: KafkaConfig, txn: Transaction, receipt: Receipt, recovering: bool) -> None:
     """One try: fence, check the marker, produce the staged records and commit them
-    with the marker in one Kafka transaction."""
-    producer = producers.init_producer(config, txn, PHASE2)
+    with the marker in one Kafka transaction. A producer kept from an earlier batch
+    that fails in any way (most likely fenced by a producer of its ID that started
+    since, or its marker read held by what a dead one left open: ``clients``) is
+    replaced at once by a fresh one, whose ``init_transactions`` fences in its turn."""
+    producer, kept = producers.phase2_producer(config, txn, PHASE2)
     try:
-        commit_step("initialised", txn)
-        written = Written.from_json(receipt.get("written"))
-        marker = markers.committed_marker(config, txn, PHASE2, recovering)
-        if committed_before(txn, written, marker.on_record()):
-            return  # committed before (an earlier attempt or run): idempotent
-        commit_step("checked", txn)
-        path = staged.staged_path(config, txn, receipt)
-        if path is None:
-            return
-        producer.begin_transaction()
-        if config.announces_open:
-            markers.announce_open(config, producer, txn)
-        if not _produce_staged(config, producer, txn, receipt, path):
-            return
-        commit_step("produced", txn)
-        markers.commit_with_marker(config, producer, txn, written)
-        commit_step("committed", txn)
+        _publish_with(config, producer, txn, receipt, recovering, kept)
+        return
+    except Exception:
+        if not kept:
+            raise
+    _publish_with(config, producers.init_producer(config, txn, PHASE2), txn, receipt,
+                  recovering, False)
+
+
+def _publish_with(config: KafkaConfig, producer: Any, txn: Transaction, receipt: Receipt,
+                  recovering: bool, kept: bool) -> None:
+    """Publish with ``producer``, kept for the next batch if its transaction ended
+    cleanly, else aborted and closed."""
+    try:
+        clean = _publish(config, producer, txn, receipt, recovering, kept)
     except BaseException as exc:
         original = underlying(producer, exc)
         producers.abort_quietly(producer, config.timeout_s)
+        clients.close_quietly(producer)
         if original is exc:
             raise
         raise original from None
-    finally:
+    if clean and not producers.in_spark_task():
+        # A Spark task's next commit of this ID lands in any Python worker: a producer
+        # kept here would mostly be fenced by another worker's before its reuse.
+        clients.keep_producer(config.producer_settings(config.transactional_id(txn)),
+                              producer)
+    else:
         clients.close_quietly(producer)
+
+
+def _publish(config: KafkaConfig, producer: Any, txn: Transaction, receipt: Receipt,
+             recovering: bool, kept: bool) -> bool:
+    """True if the producer's transaction ended cleanly (committed, or none begun)."""
+    commit_step("initialised", txn)
+    written = Written.from_json(receipt.get("written"))
+    # A kept producer reads the marker briefly: pending offsets a dead twin of its ID
+    # left would hold the read for timeout_s, where a fresh producer's
+    # init_transactions aborts them at once (the retry below).
+    marker = markers.committed_marker(
+        config, txn, PHASE2, recovering,
+        timeout_s=min(config.timeout_s, KEPT_MARKER_READ_S) if kept else None)
+    if committed_before(txn, written, marker.on_record()):
+        return True  # committed before (an earlier attempt or run): idempotent
+    commit_step("checked", txn)
+    path = staged.staged_path(config, txn, receipt)
+    if path is None:
+        return True
+    producer.begin_transaction()
+    if config.announces_open:
+        markers.announce_open(config, producer, txn)
+    if not _produce_staged(config, producer, txn, receipt, path):
+        return False
+    commit_step("produced", txn)
+    markers.commit_with_marker(config, producer, txn, written)
+    commit_step("committed", txn)
+    return True
 
 
 def _produce_staged(config: KafkaConfig, producer: Any, txn: Transaction, receipt: Receipt,

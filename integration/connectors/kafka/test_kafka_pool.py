@@ -48,7 +48,8 @@ def sink_kwargs(bootstrap: str, topic: str, tmp_path: Any, mode: str) -> dict[st
 
 
 def die_with_open_transactions(kwargs: dict[str, Any], sink_name: str, batch_id: int,
-                               run: int, guarantee: Guarantee) -> None:
+                               run: int, guarantee: Guarantee,
+                               with_markers: bool = False) -> None:
     """A child process begins the transactions of ``WRITERS`` participants of
     ``batch_id`` as the sink does under ``guarantee`` (direct tasks, or phase-2
     publishes), writes into each, then is killed: each stays open on the broker."""
@@ -69,6 +70,14 @@ def die_with_open_transactions(kwargs: dict[str, Any], sink_name: str, batch_id:
             if sink.announces_open:
                 markers.announce_open(sink, producer, txn)
             producers.produce(sink, producer, sink.layout().serialize(id_batch([p])))
+            if {with_markers!r}:  # the marker offset pending too, as at "produced"
+                from confluent_kafka import TopicPartition
+                from sparkeos.connectors.kafka import clients
+                consumer = clients.marker_consumer(sink.client_config(),
+                                                   markers.marker_group(sink, txn))
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(sink.marker_topic, 0, {batch_id} + 1)],
+                    consumer.consumer_group_metadata(), 20)
             producer.flush(10)
         os.kill(os.getpid(), 9)
     """)
@@ -159,3 +168,54 @@ def test_exactly_once_recovery_closes_what_a_dead_phase_2_left_open(
     assert not left, f"pinned after the restart's first batch (LSO, HWM): {left}"
     values = sorted(json.loads(m.value())["id"] for m in read_topic(kafka_bootstrap, topic))
     assert values == [*range(WRITERS), 100]
+
+
+@pytest.mark.parametrize("with_markers", [False, True], ids=["records", "records+markers"])
+def test_phase_2_producers_are_kept_between_batches_and_a_fenced_one_is_replaced(
+        kafka_bootstrap: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+        with_markers: bool) -> None:
+    """A process keeps each participant's phase-2 producer for the next batch of its
+    slot (no second ``init_transactions``). Another process that takes the slot's IDs
+    (it fences the kept producers) and dies with transactions open (records, and with
+    ``with_markers`` the marker offsets, which hold a ``require_stable`` marker read)
+    does not make the next batch fail or pin a reader: each kept producer fails and is
+    replaced by a fresh one, whose ``init_transactions`` aborts what the dead one left
+    open. Every record is read once."""
+    from sparkeos.connectors.kafka import clients, producers
+
+    topic = unique_name(str(tmp_path))
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    kwargs = sink_kwargs(kafka_bootstrap, topic, tmp_path, "staged")
+    coordinator = Coordinator(KafkaSink(**kwargs), CoordinatorConfig(name="pool-kept"),
+                              CommitLog(LocalStore(str(tmp_path / "log"))), QUERY_KEY)
+    inits = []
+    fresh = producers.init_producer
+    monkeypatch.setattr(producers, "init_producer",
+                        lambda *args: inits.append(args[1].batch_id) or fresh(*args))
+
+    def batch(batch_id: int) -> None:
+        coordinator.run_batch(batch_id, ListRunner([[batch_id * 100 + p]
+                                                    for p in range(WRITERS)]))
+
+    clients.clear_caches()
+    batch(0)
+    batch(1)
+    assert inits == [0] * WRITERS + [1] * WRITERS  # one producer per participant and slot
+    kept = dict(clients._producers)
+    assert len(kept) == 2 * WRITERS
+    batch(2)
+    batch(3)
+    assert len(inits) == 2 * WRITERS  # batches 2 and 3 reused the producers
+    # A twin of batch 4 (its commit on the slot-0 IDs, in another process) dies.
+    die_with_open_transactions(kwargs, "pool-kept", batch_id=4, run=0,
+                               guarantee=Guarantee.EXACTLY_ONCE, with_markers=with_markers)
+    assert pinned(kafka_bootstrap, topic)
+    batch(4)
+    assert inits[2 * WRITERS:] == [4] * WRITERS  # fenced, then replaced, each once
+    replaced = [k for k in kept if clients._producers.get(k) is not kept[k]]
+    assert len(replaced) == WRITERS  # slot 0's, kept since batch 2
+    left = unpinned_within(kafka_bootstrap, topic, BOUND_S)
+    assert not left, f"pinned after batch 4 (LSO, HWM): {left}"
+    values = sorted(json.loads(m.value())["id"] for m in read_topic(kafka_bootstrap, topic))
+    assert values == sorted(b * 100 + p for b in range(5) for p in range(WRITERS))
+    clients.clear_caches()

@@ -222,7 +222,7 @@ def test_broken_marker_check_would_duplicate(
     with open(staged, "wb") as fh:  # the staged file as before the first commit
         fh.write(backup)
     monkeypatch.setattr(markers, "committed_marker",
-                        lambda config, txn, *args: markers.NO_MARKER)
+                        lambda config, txn, *args, **kwargs: markers.NO_MARKER)
     sink.commit(txn, receipt)
     assert ids(kafka_bootstrap, topic) == [1, 1, 2, 2]
 
