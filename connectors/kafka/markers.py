@@ -165,31 +165,23 @@ def commit_with_marker(config: KafkaConfig, producer: Any, txn: Transaction,
                        written: Written | None) -> None:
     """Add the progress record and the marker to the producer's open transaction, and
     commit it: the records, the marker and the progress record become visible at
-    once (the progress record last: the shared marker topic stays pinned only while
-    the transaction commits)."""
+    once."""
     from confluent_kafka import TopicPartition
 
     group = marker_group(config, txn)
     consumer = clients.marker_consumer(config.client_config(), group)
-    send_progress(config, producer, txn, written)
-    metadata = json.dumps(_what_is_recorded(txn, written))
+    # The progress record: the marker that never expires (a compacted topic keeps the
+    # last record per participant), in the same transaction as the records. Sent last,
+    # so the shared marker topic is pinned only while the transaction commits.
+    recorded = {**(written.as_json() if written else {}), "txn": txn.txn_id}
+    value = {"batch": txn.batch_id, **recorded}
+    producer.produce(config.marker_topic, json.dumps(value).encode(), group.encode(),
+                     partition=0)
+    metadata = json.dumps(recorded)
     marker = [TopicPartition(config.marker_topic, 0, txn.batch_id + 1, metadata=metadata)]
     retrying(config.timeout_s, lambda: producer.send_offsets_to_transaction(
         marker, consumer.consumer_group_metadata(), config.timeout_s))
     retrying(config.timeout_s, lambda: producer.commit_transaction(config.timeout_s))
-
-
-def send_progress(config: KafkaConfig, producer: Any, txn: Transaction,
-                  written: Written | None) -> None:
-    """The progress record: the marker that never expires (a compacted topic keeps the
-    last record per participant), in the same transaction as the records."""
-    value = {"batch": txn.batch_id, **_what_is_recorded(txn, written)}
-    producer.produce(config.marker_topic, json.dumps(value).encode(),
-                     marker_group(config, txn).encode(), partition=0)
-
-
-def _what_is_recorded(txn: Transaction, written: Written | None) -> dict[str, Any]:
-    return {**(written.as_json() if written else {}), "txn": txn.txn_id}
 
 
 def output_of_other_queries(config: KafkaConfig, query_key: str, sink: str) -> str | None:
