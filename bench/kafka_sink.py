@@ -55,6 +55,9 @@ import pyarrow.parquet as pq
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "docker", "services", "kafka.sh")
 MODES = ("staged", "overlap", "direct", "plain", "spark", "format")
+COMMITTERS: list[int] = []
+"""``--commit-parallelism``: the format's ``sparkeos.commitParallelism`` (empty: the
+default), which also bounds its Kafka transactions per batch."""
 
 
 @dataclass
@@ -178,6 +181,8 @@ def run_query(spark: Any, mode: str, input_dir: str, files_per_batch: int, boots
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
                   .option("sparkeos.stagingDir", os.path.join(run_dir, "staging"))
                   .option("sparkeos.fsync", str(fsync).lower())
+                  .options(**({"sparkeos.commitParallelism": str(COMMITTERS[0])}
+                              if COMMITTERS else {}))
                   .options(**{f"kafka.{k}": str(v) for k, v in producer_config.items()}))
     else:
         writer = df.writeStream.foreachBatch(fn)
@@ -224,9 +229,14 @@ def main(argv: list[str]) -> int:
                         help="skip counting the records in each output topic")
     parser.add_argument("--details", action="store_true",
                         help="print Spark's addBatch time of every micro-batch")
+    parser.add_argument("--commit-parallelism", type=int, default=None,
+                        help="the format's sparkeos.commitParallelism: its committers, "
+                        "so its Kafka transactions per batch (default: the library's)")
     parser.add_argument("--linger-ms", type=int, default=None,
                         help="linger.ms for the confluent-kafka producers (default: librdkafka's)")
     args = parser.parse_args(argv)
+    if args.commit_parallelism is not None:
+        COMMITTERS[:] = [args.commit_parallelism]
     modes = [m for m in args.modes.split(",") if m]
     unknown = set(modes) - set(MODES)
     if unknown or "staged" not in modes or "plain" not in modes:

@@ -15,6 +15,9 @@ exactly-once (``exactly_once(sink, name=...)``)::
              the point of no return; one outcome per run, first writer wins
     driver*  commit(txn, receipt) for every decided attempt   (* in tasks if
                                                               commit_location is TASKS)
+             (a sink that ``merges_commits``: ``commit_merged(items)`` for each
+             committer the decision named, when a batch has more participants
+             than ``commit_parallelism``)
     driver   [commit log: finished(N)]
     driver   sweep(every run of N, keep=the decided IDs): rolls back what the other
              attempts of N left (speculative copies, retried tasks, late zombies)
@@ -223,6 +226,25 @@ class TransactionalSink(ABC, Generic[H]):
     def recover_commit(self, txn: Transaction, receipt: Receipt) -> None:
         """Commit after a restart. Defaults to ``commit``."""
         self.commit(txn, receipt)
+
+    def merges_commits(self) -> bool:
+        """Whether ``commit_merged`` can make the receipts of several participants of one
+        batch visible in one transaction of the destination (Kafka transactions span
+        topic partitions). Then a batch with more participants than the query's
+        ``commit_parallelism`` is decided with each participant assigned to one of that
+        many committers (``core.snapshot.committers``), and every commit of it, in any
+        process, commits each committer's participants together. Default: False."""
+        return False
+
+    def commit_merged(self, items: Sequence[tuple[Transaction, Receipt]], *,
+                      recovering: bool) -> None:
+        """Make every prepared transaction of ``items`` (one committer's participants,
+        the lowest partition first, as the decision grouped them) visible at once:
+        all of them or none. Idempotent like ``commit``, and safe beside a twin
+        committing the same items (it names the same first transaction, so its fencing
+        is the first one's). ``recovering``: as ``recover_commit``. Only called when
+        ``merges_commits()``."""
+        raise NotImplementedError(f"{type(self).__name__} does not merge commits")
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
         """Roll back every transaction of ``ranges`` whose ID is not in ``keep``.

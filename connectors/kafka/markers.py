@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,21 +167,36 @@ def commit_with_marker(config: KafkaConfig, producer: Any, txn: Transaction,
     """Add the progress record and the marker to the producer's open transaction, and
     commit it: the records, the marker and the progress record become visible at
     once."""
+    commit_with_markers(config, producer, [(txn, written)])
+
+
+def commit_with_markers(config: KafkaConfig, producer: Any,
+                        participants: Sequence[tuple[Transaction, Written | None]]) -> None:
+    """Add each participant's progress record and marker to the producer's open
+    transaction (one consumer group per participant: a Kafka transaction takes the
+    offsets of several groups), and commit it: the records, the markers and the
+    progress records become visible at once."""
     from confluent_kafka import TopicPartition
 
-    group = marker_group(config, txn)
-    consumer = clients.marker_consumer(config.client_config(), group)
-    # The progress record: the marker that never expires (a compacted topic keeps the
+    client_config = config.client_config()
+    # The progress records: the markers that never expire (a compacted topic keeps the
     # last record per participant), in the same transaction as the records. Sent last,
     # so the shared marker topic is pinned only while the transaction commits.
-    recorded = {**(written.as_json() if written else {}), "txn": txn.txn_id}
-    value = {"batch": txn.batch_id, **recorded}
-    producer.produce(config.marker_topic, json.dumps(value).encode(), group.encode(),
-                     partition=0)
-    metadata = json.dumps(recorded)
-    marker = [TopicPartition(config.marker_topic, 0, txn.batch_id + 1, metadata=metadata)]
-    retrying(config.timeout_s, lambda: producer.send_offsets_to_transaction(
-        marker, consumer.consumer_group_metadata(), config.timeout_s))
+    offsets = []
+    for txn, written in participants:
+        group = marker_group(config, txn)
+        recorded = {**(written.as_json() if written else {}), "txn": txn.txn_id}
+        value = {"batch": txn.batch_id, **recorded}
+        producer.produce(config.marker_topic, json.dumps(value).encode(), group.encode(),
+                         partition=0)
+        marker = [TopicPartition(config.marker_topic, 0, txn.batch_id + 1,
+                                 metadata=json.dumps(recorded))]
+        offsets.append((marker, clients.marker_consumer(client_config, group)))
+    for marker, consumer in offsets:
+        def send(marker: list[Any] = marker, consumer: Any = consumer) -> None:
+            producer.send_offsets_to_transaction(marker, consumer.consumer_group_metadata(),
+                                                 config.timeout_s)
+        retrying(config.timeout_s, send)
     retrying(config.timeout_s, lambda: producer.commit_transaction(config.timeout_s))
 
 

@@ -232,6 +232,26 @@ class KafkaSink(KafkaConfig, TransactionalSink[_Handle]):
         then the progress record (which does not expire) says whether N is committed."""
         self._commit(txn, receipt, recovering=True)
 
+    def merges_commits(self) -> bool:
+        """Staged mode: one Kafka transaction publishes the staged files of several
+        participants (it spans topic partitions), with each one's marker."""
+        return self.mode == "staged"
+
+    def commit_merged(self, items: Sequence[tuple[Transaction, Receipt]], *,
+                      recovering: bool) -> None:
+        """One Kafka transaction under the first participant's transactional ID: the
+        records of every participant with something staged, and each one's marker and
+        progress record (``publish.commit_unit``)."""
+        unit = [(txn, receipt) for txn, receipt in items
+                if receipt.get("mode") != "direct"]
+        staged_rows = [(txn, receipt) for txn, receipt in unit
+                       if receipt.get("file") and receipt.get("rows")]
+        for txn, receipt in unit:
+            if (txn, receipt) not in staged_rows:
+                self.staging.delete(txn)
+        if staged_rows:
+            publish.commit_unit(self, staged_rows, recovering=recovering)
+
     def _commit(self, txn: Transaction, receipt: Receipt, *, recovering: bool) -> None:
         if receipt.get("mode") == "direct":
             return  # committed by its task in phase 1

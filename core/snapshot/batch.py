@@ -30,6 +30,7 @@ from sparkeos.core.errors import (
 )
 from sparkeos.core.observe import BatchMetrics, log_event
 
+from . import committers
 from .checks import PreDecisionChecks
 from .commitlog import BEGUN, DECIDED, FINISHED, BatchState
 from .group import SINGLE
@@ -193,6 +194,9 @@ class ExactlyOnceBatch:
                schemas: Mapping[str, pa.Schema]) -> None:
         """The decision: after this record, the batch must be committed."""
         t1 = time.perf_counter()
+        committers.assign(participants, lambda member: self.scope.members[member].merges_commits(),
+                          self.scope.config.commit_parallelism,
+                          lambda p: str(p.get("member", SINGLE)))
         decided = {"outcome": DECIDED, "participants": participants,
                    "rows": self.metrics.rows, "slot": self.scope.pool.slot_of(self.batch_id)}
         if self.scope.settle(state, run, decided).get("outcome") != DECIDED:

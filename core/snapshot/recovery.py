@@ -16,12 +16,13 @@ from typing import Any
 
 from sparkeos.core.errors import ConfigurationError, SparkStoppedError, describe_cause
 from sparkeos.core.observe import log_event
-from sparkeos.core.protocol import CommitLocation, Receipt
+from sparkeos.core.protocol import CommitLocation
 
 from .commitlog import ABORTED, FINISHED, BatchState
+from .committers import Unit
 from .scope import Scope
 from .tasks import BatchRunner, CommitTask
-from .txpool import AttemptRange, Transaction
+from .txpool import AttemptRange
 
 
 class Recovery:
@@ -81,7 +82,7 @@ class Recovery:
                 "removed once every decided batch is finished)")
         first = True
         for member, part in self.scope.members.items():
-            items = [(txn, receipt) for m, txn, receipt in decided if m == member]
+            items = self.scope.decided_units(state, member)
             if not items:
                 continue
             runner = runners.get(member)
@@ -122,8 +123,7 @@ class Recovery:
         self.sweep([state], quiet=True)
 
     def commit_on_driver(
-        self, commit: CommitTask, items: list[tuple[Transaction, Receipt]], batch_id: int,
-        first_member: bool,
+        self, commit: CommitTask, items: list[Unit], batch_id: int, first_member: bool,
     ) -> None:
         first, rest = items[0], items[1:]
         commit(first)

@@ -18,6 +18,7 @@ from sparkeos.core.faults import FaultPlan
 from sparkeos.core.protocol import Receipt, TransactionalSink
 
 from .commitlog import OUTCOME, BatchState, CommitLog
+from .committers import Unit, committer_of, units
 from .group import SINGLE
 from .txpool import Transaction, TransactionPool
 
@@ -72,6 +73,18 @@ class Scope:
              p["receipt"])
             for p in state.decided["participants"]
         ]
+
+    def decided_units(self, state: BatchState, member: str) -> list[Unit]:
+        """The decided participants of ``member`` as the decision grouped them for
+        their commits (``core.snapshot.committers``)."""
+        run = state.decided_run
+        assert run is not None and state.decided is not None
+        return units([
+            (self.pool.transaction(state.batch_id, int(p["partition"]), run, int(p["tag"])),
+             p["receipt"], committer_of(p))
+            for p in state.decided["participants"]
+            if str(p.get("member", SINGLE)) == member
+        ])
 
     def purge(self, batch_id: int) -> None:
         """Drop the records of batches older than the retention window (an unresolved

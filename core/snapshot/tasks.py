@@ -175,17 +175,21 @@ class DirectTask:
 
 @dataclass(frozen=True)
 class CommitTask:
-    """Phase 2 of one participant: on the driver, or shipped to a task (TASKS)."""
+    """Phase 2 of one commit unit (one participant, or the participants one committer
+    makes visible together: ``core.snapshot.committers``): on the driver, or shipped to
+    a task (TASKS)."""
 
     sink: TransactionalSink[Any]
     recovering: bool
     faults: FaultPlan = field(default_factory=FaultPlan)
     in_task: bool = False
 
-    def __call__(self, item: tuple[Transaction, Receipt]) -> int:
-        txn, receipt = item
+    def __call__(self, unit: Sequence[tuple[Transaction, Receipt]]) -> int:
+        txn, receipt = unit[0]
         commit_step(COMMIT, txn)
-        if self.recovering:
+        if len(unit) > 1:
+            self.sink.commit_merged(list(unit), recovering=self.recovering)
+        elif self.recovering:
             self.sink.recover_commit(txn, receipt)
         else:
             self.sink.commit(txn, receipt)

@@ -10,6 +10,7 @@ partition only when it holds the rows committed there (``core.snapshot.replay``)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,8 @@ class MemorySystem:
     committed_rows: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     """Transaction ID -> the rows it committed."""
     commits: int = 0
+    merged: list[tuple[int, ...]] = field(default_factory=list)
+    """The partitions of each merged commit (``MergingMemorySink``)."""
 
     @property
     def leftovers(self) -> list[str]:
@@ -130,6 +133,7 @@ __all__ = [
     "MemorySink",
     "MemoryStore",
     "MemorySystem",
+    "MergingMemorySink",
     "TaskCommitMemorySink",
     "id_batch",
 ]
@@ -137,5 +141,31 @@ __all__ = [
 
 class TaskCommitMemorySink(MemorySink):
     """The same system, committed from Spark tasks (CommitLocation.TASKS)."""
+
+    commit_location = CommitLocation.TASKS
+
+
+class MergingMemorySink(MemorySink):
+    """The same system, whose commits of several participants can be one
+    (``merges_commits``): every item becomes visible at once or none does, and
+    ``system.merged`` records the partitions of each merged commit."""
+
+    def merges_commits(self) -> bool:
+        return True
+
+    def commit_merged(self, items: Sequence[tuple[Transaction, Receipt]], *,
+                      recovering: bool) -> None:
+        for txn, receipt in items:
+            if (not receipt.get("skipped") and txn.txn_id not in self.system.prepared
+                    and txn.txn_id not in self.system.committed_rows):
+                raise DataLossError("prepared transaction vanished", txn_id=txn.txn_id,
+                                    batch_id=txn.batch_id)
+        for txn, receipt in items:
+            self.commit(txn, receipt)
+        self.system.merged.append(tuple(txn.partition for txn, _r in items))
+
+
+class TaskCommitMergingMemorySink(MergingMemorySink):
+    """``MergingMemorySink`` committed from Spark tasks (CommitLocation.TASKS)."""
 
     commit_location = CommitLocation.TASKS

@@ -102,13 +102,16 @@ class TestKafkaWireFaults(WireFaultConformance, TestKafkaSinkStaged):
 class TestKafkaFormat(SampledFormatConformance, TestKafkaSinkStaged):
     """The staged Kafka sink through ``writeStream.format("sparkeos-kafka")``, with the
     options and the ``value`` column of Spark's own Kafka sink; phase 2 publishes from
-    the process Spark commits the batch in."""
+    the process Spark commits the batch in. One committer (``commitParallelism`` 1):
+    every batch of two partitions commits both in one Kafka transaction
+    (``core.snapshot.committers``), through the kills and the crash matrix."""
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-kafka",
                 "options": {"kafka.bootstrap.servers": self.bootstrap, "topic": self.topic,
                             "sparkeos.stagingDir": os.path.join(workdir, "staging"),
-                            "sparkeos.transactionalIdPrefix": self.prefix},
+                            "sparkeos.transactionalIdPrefix": self.prefix,
+                            "sparkeos.commitParallelism": "1"},
                 "select": ["to_json(struct(*)) AS value"]}
 
     def format_rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:

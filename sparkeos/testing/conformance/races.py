@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -23,7 +24,9 @@ from sparkeos.core.errors import DataLossError
 from sparkeos.core.faults import FaultPlan, InjectedCrash
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink
 from sparkeos.core.snapshot.commitlog import CommitLog, sink_log_location
+from sparkeos.core.snapshot.committers import Unit
 from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.snapshot.group import SINGLE
 from sparkeos.core.storage.logstores import open_store
 
 from ..inprocess import ArrowRunner, ListRunner, id_batch
@@ -76,16 +79,32 @@ class RaceCases:
                               ids: list[int]) -> tuple[Transaction, Receipt]:
         """Batch ``batch_id`` of one participant writing ``ids``, decided, then the
         driver dies before phase 2: what two committers race to finish."""
-        coord = Coordinator(self.sink_factory(workdir), CoordinatorConfig(name=RACE_SINK),
-                            log, key, FaultPlan("after_decided", batch_id, simulate=True))
+        unit = self.decided_unit_not_committed(workdir, log, key, batch_id, [ids])
+        return unit[0]
+
+    def decided_unit_not_committed(self, workdir: str, log: CommitLog, key: str,
+                                   batch_id: int, partitions: list[list[int]]) -> Unit:
+        """Batch ``batch_id`` of ``partitions``, decided with one committer for all of
+        them (``commit_parallelism=1``: a sink that ``merges_commits`` commits them
+        together), then the driver dies before phase 2. The decided participants as
+        the decision grouped them: one unit."""
+        config = CoordinatorConfig(name=RACE_SINK, commit_parallelism=1)
+        coord = Coordinator(self.sink_factory(workdir), config, log, key,
+                            FaultPlan("after_decided", batch_id, simulate=True))
         with pytest.raises(InjectedCrash):
-            coord.run_batch(batch_id, ListRunner([ids]))
+            coord.run_batch(batch_id, ListRunner(partitions))
         state = coord.states()[batch_id]
         assert state.decided is not None and state.decided_run is not None
-        participant = state.decided["participants"][0]
-        txn = coord.pool.transaction(batch_id, int(participant["partition"]),
-                                     state.decided_run, int(participant["tag"]))
-        return txn, participant["receipt"]
+        units = coord.scope.decided_units(state, SINGLE)
+        assert len(units) == 1, f"batch {batch_id} was decided in {len(units)} units"
+        return units[0]
+
+    def race_partitions(self, workdir: str, ids: list[int]) -> list[list[int]]:
+        """The partitions of a raced batch: one participant, or two where the sink
+        merges commits (the race is then between two commits of both at once)."""
+        if self.sink_factory(workdir).merges_commits():
+            return [ids[:1], ids[1:]]
+        return [ids]
 
     def race_log(self, workdir: str) -> tuple[str, CommitLog, str]:
         """A checkpoint whose commit log records this sink as the adapter would, so
@@ -138,10 +157,11 @@ class RaceCases:
         trials = [(x, y) for x in points for y in (*points, None)]
         for batch_id, (first_at, second_at) in enumerate(trials):
             ids = [batch_id * 10 + 1, batch_id * 10 + 2]
-            txn, receipt = self.decided_not_committed(workdir, log, key, batch_id, ids)
+            unit = self.decided_unit_not_committed(workdir, log, key, batch_id,
+                                                   self.race_partitions(workdir, ids))
             driver, twin = self.sink_factory(workdir), self.sink_factory(workdir)
-            outcome = commit_pair(partial(driver.commit, txn, receipt),
-                                  partial(twin.recover_commit, txn, receipt),
+            outcome = commit_pair(committing(driver, unit, recovering=False),
+                                  committing(twin, unit, recovering=True),
                                   first_at, second_at)
             _no_errors(outcome)
             seen[outcome.second] += 1
@@ -158,10 +178,11 @@ class RaceCases:
         expected: list[int] = []
         for batch_id, first_at in enumerate(points):
             ids = [batch_id * 10 + 1, batch_id * 10 + 2]
-            txn, receipt = self.decided_not_committed(workdir, log, key, batch_id, ids)
+            unit = self.decided_unit_not_committed(workdir, log, key, batch_id,
+                                                   self.race_partitions(workdir, ids))
             driver = self.sink_factory(workdir)
-            outcome, output = commit_beside(partial(driver.commit, txn, receipt), first_at,
-                                            command)
+            outcome, output = commit_beside(committing(driver, unit, recovering=False),
+                                            first_at, command)
             _no_errors(outcome)
             assert f"batch {batch_id} committed" in output, output
             expected += ids
@@ -200,6 +221,15 @@ class RaceCases:
 
     def at_least_once_supported(self, workdir: str) -> bool:
         return Guarantee.AT_LEAST_ONCE in self.sink_factory(workdir).guarantees
+
+
+def committing(sink: TransactionalSink[Any], unit: Unit, *,
+               recovering: bool) -> Callable[[], None]:
+    """A commit of ``unit`` as phase 2 (``recovering=False``) or a recovery runs it."""
+    if len(unit) > 1:
+        return partial(sink.commit_merged, unit, recovering=recovering)
+    txn, receipt = unit[0]
+    return partial(sink.recover_commit if recovering else sink.commit, txn, receipt)
 
 
 def _no_errors(outcome: PairOutcome) -> None:
