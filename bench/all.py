@@ -72,6 +72,19 @@ def cases(quick: bool) -> list[Case]:
                       kafka8, r"ratio exactly_once/spark: ([0-9.]+)", 1.0))
     found.append(Case("kafka staged, overlap_commits, 8 partitions, vs Spark's Kafka sink",
                       "kafka_sink.py", kafka8, r"ratio overlap/spark: ([0-9.]+)", 1.0))
+    # Issue 50: both routes against Spark's own Kafka sink as the partitions grow (the
+    # format's participants are Spark's partitions; its commits merge into at most
+    # commitParallelism Kafka transactions per batch).
+    for partitions in ("2", "8", "32"):
+        scaled = (*kafka[:-3], "--modes", "staged,plain,spark,format,python_floor", "--details",
+                  "--partitions", partitions, "--topic-partitions", min(partitions, "8",
+                                                                        key=int))
+        found.append(Case(f"kafka format, {partitions} partitions, vs Spark's Kafka sink",
+                          "kafka_sink.py", scaled, r"ratio format/spark: ([0-9.]+)", 1.0))
+        found.append(Case(f"kafka foreachBatch beside the format, {partitions} partitions, "
+                          "vs Spark's Kafka sink",
+                          "kafka_sink.py", scaled, r"ratio exactly_once/spark: ([0-9.]+)",
+                          1.0))
     found.append(Case("file parquet, 200 partitions, format on a coalesced stream vs "
                       "foreachBatch", "file_sink.py",
                       (*file_args, "--format", "parquet", "--partitions", "200"),

@@ -17,6 +17,9 @@ per mode, same SparkSession):
   (needs the connector jars: ``spark_kafka_jars()``); at-least-once.
 * ``format``: ``writeStream.format("sparkeos-kafka")``, the staged sink through Spark's
   Python streaming writer (phase 2 from the commit worker, not from tasks); exactly-once.
+* ``python_floor``: a Python streaming sink that writes nothing (``bench/_floor.py``):
+  Spark's own cost of the format route, which no Python sink can go below; ``ratio
+  format/python floor`` is the format's cost above it.
 
 Input: ``--records`` rows (default 1,000,000) of ``id long, value binary`` with values
 of ``--record-bytes`` bytes (default 100), in ``--batches`` micro-batches of
@@ -51,10 +54,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _floor import noop_source  # bench/ is the script's directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "docker", "services", "kafka.sh")
-MODES = ("staged", "overlap", "direct", "plain", "spark", "format")
+MODES = ("staged", "overlap", "direct", "plain", "spark", "format", "python_floor")
 COMMITTERS: list[int] = []
 """``--commit-parallelism``: the format's ``sparkeos.commitParallelism`` (empty: the
 default), which also bounds its Kafka transactions per batch."""
@@ -171,12 +175,15 @@ def run_query(spark: Any, mode: str, input_dir: str, files_per_batch: int, boots
     topic = f"bench-{mode}-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, topic_partitions)
     run_dir = tempfile.mkdtemp(prefix=f"{mode}-", dir=workdir)
-    fn = None if mode == "format" else batch_function(
+    fn = None if mode in ("format", "python_floor") else batch_function(
         mode, bootstrap, topic, os.path.join(run_dir, "staging"), fsync, producer_config)
     df = (spark.readStream.schema("id long, value binary")
           .option("maxFilesPerTrigger", files_per_batch).parquet(input_dir))
     started = time.perf_counter()
-    if mode == "format":
+    if mode == "python_floor":
+        spark.dataSource.register(noop_source())
+        writer = df.select("value").writeStream.format("bench-noop")
+    elif mode == "format":
         writer = (df.select("value").writeStream.format("sparkeos-kafka")
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
                   .option("sparkeos.stagingDir", os.path.join(run_dir, "staging"))
@@ -291,7 +298,8 @@ def main(argv: list[str]) -> int:
         results = [Result(m, args.records, statistics.median(times[m])) for m in modes]
         if not args.no_verify:
             for r in results:
-                r.visible = count_committed(bootstrap, topics[r.mode], args.records)
+                if r.mode != "python_floor":  # it writes nothing
+                    r.visible = count_committed(bootstrap, topics[r.mode], args.records)
         mb = value_bytes / 1e6
         print(f"\n{'mode':<8} {'records':>9} {'seconds':>8} {'records/s':>10} {'MB/s':>7}"
               f" {'read_committed':>15}")
@@ -318,6 +326,12 @@ def main(argv: list[str]) -> int:
         if "format" in by_mode:
             print(f"ratio format/foreachBatch: "
                   f"{by_mode['format'].seconds / by_mode['staged'].seconds:.2f}")
+            if "spark" in by_mode:
+                print(f"ratio format/spark: "
+                      f"{by_mode['format'].seconds / by_mode['spark'].seconds:.2f}")
+            if "python_floor" in by_mode:
+                print(f"ratio format/python floor: "
+                      f"{by_mode['format'].seconds / by_mode['python_floor'].seconds:.2f}")
         print(f"ratio exactly_once/plain: "
               f"{by_mode['staged'].seconds / by_mode['plain'].seconds:.2f}")
         return 1 if bad else 0

@@ -54,7 +54,10 @@ class CoordinatorConfig:
     ``retain_batches``: how many batches of commit-log records to keep (at least as many
     as Spark's ``spark.sql.streaming.minBatchesToRetain``, default 100, so that any batch
     Spark may re-run is still on record).
-    ``commit_parallelism``: driver threads used to commit the participants of a batch.
+    ``commit_parallelism``: driver threads used to commit the participants of a batch;
+    for a sink that merges commits (Kafka), also the most transactions a batch whose
+    phase 2 runs in one process (the format route) commits in
+    (``core.snapshot.committers``).
     ``task_attempts``: the range of Spark task attempt numbers a batch's phase 1 may use
     (every attempt number has its own transaction ID; ``begun`` records the range so
     recovery knows every ID). Keep it above ``spark.task.maxFailures`` plus speculative

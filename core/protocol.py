@@ -15,9 +15,9 @@ exactly-once (``exactly_once(sink, name=...)``)::
              the point of no return; one outcome per run, first writer wins
     driver*  commit(txn, receipt) for every decided attempt   (* in tasks if
                                                               commit_location is TASKS)
-             (a sink that ``merges_commits``: ``commit_merged(items)`` for each
-             committer the decision named, when a batch has more participants
-             than ``commit_parallelism``)
+             (a sink that ``merges_commits``, phase 2 in one process:
+             ``commit_merged(items)`` for each committer ``commit_groups`` named
+             in the decision)
     driver   [commit log: finished(N)]
     driver   sweep(every run of N, keep=the decided IDs): rolls back what the other
              attempts of N left (speculative copies, retried tasks, late zombies)
@@ -230,20 +230,29 @@ class TransactionalSink(ABC, Generic[H]):
     def merges_commits(self) -> bool:
         """Whether ``commit_merged`` can make the receipts of several participants of one
         batch visible in one transaction of the destination (Kafka transactions span
-        topic partitions). Then a batch with more participants than the query's
-        ``commit_parallelism`` is decided with each participant assigned to one of that
-        many committers (``core.snapshot.committers``), and every commit of it, in any
-        process, commits each committer's participants together. Default: False."""
+        topic partitions). Then, where phase 2 runs in one process (the format route's
+        commit worker, a driver), a batch is decided with each participant assigned to a
+        committer (``commit_groups``; ``core.snapshot.committers``), and every commit of
+        it, in any process, commits each committer's participants together. Default:
+        False."""
         return False
+
+    def commit_groups(self, receipts: Sequence[Receipt], committers: int) -> list[int]:
+        """For a sink that ``merges_commits``: the committer of each receipt of one batch
+        (in partition order), numbered from 0. Default: ``committers`` contiguous runs,
+        as even as they divide (each participant alone when there are no more than
+        ``committers``). Override it to bound what one transaction carries."""
+        count = len(receipts)
+        return [rank * committers // count for rank in range(count)] if count else []
 
     def commit_merged(self, items: Sequence[tuple[Transaction, Receipt]], *,
                       recovering: bool) -> None:
-        """Make every prepared transaction of ``items`` (one committer's participants,
-        the lowest partition first, as the decision grouped them) visible at once:
-        all of them or none. Idempotent like ``commit``, and safe beside a twin
-        committing the same items (it names the same first transaction, so its fencing
-        is the first one's). ``recovering``: as ``recover_commit``. Only called when
-        ``merges_commits()``."""
+        """Make every prepared transaction of ``items`` (one committer's participants in
+        partition order, as the decision grouped them) visible at once: all of them or
+        none. Idempotent like ``commit``, and safe beside a twin committing the same
+        items (every committer of them derives its fencing from the same items, e.g.
+        Kafka's first participant with records). ``recovering``: as
+        ``recover_commit``."""
         raise NotImplementedError(f"{type(self).__name__} does not merge commits")
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:

@@ -28,16 +28,22 @@ each Python worker keeps up to ``_MAX_CACHED`` of them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections import OrderedDict
-from collections.abc import Mapping
+from collections import Counter, OrderedDict
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-_MAX_CACHED = 16
+_MAX_CACHED = 64
 _MAX_PRODUCERS = 64
 _lock = threading.RLock()
 _consumers: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_holders: Counter[int] = Counter()
+"""How many users hold each cached consumer (by ``id``): an evicted one is closed only
+when none does."""
+_retired: dict[int, Any] = {}
+"""Consumers evicted while held, closed by their last holder."""
 _admins: dict[str, Any] = {}
 _producers: OrderedDict[str, Any] = OrderedDict()
 """Idle phase-2 producers by their settings (``transactional.id`` included)."""
@@ -111,34 +117,80 @@ def keep_producer(settings: Mapping[str, Any], producer: Any) -> None:
 
 def marker_consumer(config: Mapping[str, Any], group: str) -> Any:
     """A consumer (never subscribed) of ``group``: reads its committed offsets and
-    provides the group metadata for ``send_offsets_to_transaction``."""
+    provides the group metadata for ``send_offsets_to_transaction``. The cache may close
+    it once more groups were used since: hold it with ``held_marker_consumer`` while
+    using it."""
+    consumer = _take_consumer(config, group)
+    _release_consumer(consumer)
+    return consumer
+
+
+@contextlib.contextmanager
+def held_marker_consumer(config: Mapping[str, Any], group: str) -> Iterator[Any]:
+    """``marker_consumer``, which the cache does not close while it is held (a commit
+    that reads many participants' markers, or threads committing beside each other,
+    use more groups than the cache keeps)."""
+    consumer = _take_consumer(config, group)
+    try:
+        yield consumer
+    finally:
+        _release_consumer(consumer)
+
+
+def _take_consumer(config: Mapping[str, Any], group: str) -> Any:
     key = (fingerprint(config), group)
     with _lock:
         consumer = _consumers.pop(key, None)
         if consumer is not None:
             _consumers[key] = consumer
+            _holders[id(consumer)] += 1
             return consumer
     from confluent_kafka import Consumer
 
-    consumer = Consumer({
+    created = Consumer({
         **common_config(config),
         "group.id": group,
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
     })
-    evicted = []
+    to_close = []
     with _lock:
+        consumer = _consumers.pop(key, None)
+        if consumer is None:  # else another thread cached one meanwhile: use that
+            consumer = created
+        else:
+            to_close.append(created)
         _consumers[key] = consumer
+        _holders[id(consumer)] += 1
         while len(_consumers) > _MAX_CACHED:
-            evicted.append(_consumers.popitem(last=False)[1])
-    for c in evicted:
+            evicted = _consumers.popitem(last=False)[1]
+            if _holders[id(evicted)]:
+                _retired[id(evicted)] = evicted  # closed by its last holder
+            else:
+                _holders.pop(id(evicted), None)
+                to_close.append(evicted)
+    for c in to_close:
         close_quietly(c)
     return consumer
+
+
+def _release_consumer(consumer: Any) -> None:
+    with _lock:
+        _holders[id(consumer)] -= 1
+        if _holders[id(consumer)] > 0:
+            return
+        del _holders[id(consumer)]
+        retired = _retired.pop(id(consumer), None)
+    if retired is not None:
+        close_quietly(retired)
 
 
 def drop_consumer(config: Mapping[str, Any], group: str) -> None:
     with _lock:
         consumer = _consumers.pop((fingerprint(config), group), None)
+        if consumer is not None and _holders[id(consumer)]:
+            _retired[id(consumer)] = consumer
+            consumer = None
     if consumer is not None:
         close_quietly(consumer)
 

@@ -99,9 +99,9 @@ def committed_marker(config: KafkaConfig, txn: Transaction, phase: str,
     group = marker_group(config, txn)
     client_config = config.client_config()
     try:
-        consumer = clients.marker_consumer(client_config, group)
-        parts = consumer.committed([TopicPartition(config.marker_topic, 0)],
-                                   timeout=timeout_s or config.timeout_s)
+        with clients.held_marker_consumer(client_config, group) as consumer:
+            parts = consumer.committed([TopicPartition(config.marker_topic, 0)],
+                                       timeout=timeout_s or config.timeout_s)
     except BaseException as exc:
         clients.drop_consumer(client_config, group)
         raise failed(config, exc, txn, phase, f"marker read (group {group})") from None
@@ -191,11 +191,13 @@ def commit_with_markers(config: KafkaConfig, producer: Any,
                          partition=0)
         marker = [TopicPartition(config.marker_topic, 0, txn.batch_id + 1,
                                  metadata=json.dumps(recorded))]
-        offsets.append((marker, clients.marker_consumer(client_config, group)))
-    for marker, consumer in offsets:
-        def send(marker: list[Any] = marker, consumer: Any = consumer) -> None:
-            producer.send_offsets_to_transaction(marker, consumer.consumer_group_metadata(),
-                                                 config.timeout_s)
+        # The group's metadata is a value of its own: the consumer that gave it may be
+        # closed (evicted from the cache) before the offsets are sent.
+        with clients.held_marker_consumer(client_config, group) as consumer:
+            offsets.append((marker, consumer.consumer_group_metadata()))
+    for marker, metadata in offsets:
+        def send(marker: list[Any] = marker, metadata: Any = metadata) -> None:
+            producer.send_offsets_to_transaction(marker, metadata, config.timeout_s)
         retrying(config.timeout_s, send)
     retrying(config.timeout_s, lambda: producer.commit_transaction(config.timeout_s))
 

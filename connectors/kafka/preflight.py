@@ -130,6 +130,27 @@ def check_publish_budget(config: KafkaConfig, batch_id: int,
         "maxFilesPerTrigger); nothing of this batch was sent")
 
 
+def split_by_budget(config: KafkaConfig, receipts: Sequence[Receipt],
+                    groups: Sequence[int]) -> list[int]:
+    """``groups`` (a committer per receipt, contiguous runs), with a run cut where the
+    bytes staged since its start would outlast the publish budget of one Kafka
+    transaction (as ``check_publish_budget`` checks one participant): a merged commit
+    must end within ``transaction.timeout.ms`` like any other. Renumbered from 0."""
+    budget = PUBLISH_BUDGET * config.transaction_timeout_ms / 1000 * (
+        config.min_publish_bytes_per_s)
+    out: list[int] = []
+    previous, used = None, 0.0
+    for receipt, group in zip(receipts, groups, strict=True):
+        size = float(receipt.get("bytes") or 0)
+        if group != previous or (used and used + size > budget):
+            out.append(out[-1] + 1 if out else 0)
+            previous, used = group, size
+        else:
+            out.append(out[-1])
+            used += size
+    return out
+
+
 def _check_transaction_timeout(config: KafkaConfig, broker_config: dict[str, str]) -> None:
     limit = broker_config.get(BROKER_MAX_TXN_TIMEOUT)
     if limit is not None and config.transaction_timeout_ms > int(limit):

@@ -10,7 +10,7 @@ phase 2. The two modes deal with that differently.
     records.arrow`` (a directory each attempt creates exclusively) and fsync it. The
     receipt names the file. Nothing is sent to Kafka.
 
-    Phase 2 (a Spark task per participant, after ``decided(N)``): a fresh transactional
+    Phase 2 (a Spark task per participant, after ``decided(N)``): a transactional
     producer with ``transactional.id`` = the pool's participant ID for (query, sink,
     partition, slot) calls ``init_transactions()`` (fences every earlier producer of
     that ID, including a concurrent attempt of the same commit, and aborts what it left
@@ -18,7 +18,12 @@ phase 2. The two modes deal with that differently.
     nothing is sent (commit is idempotent). Otherwise it begins a Kafka transaction,
     produces every staged record of the decided attempt, adds the marker to the same
     transaction and commits; then that attempt's staged file is deleted. The
-    coordinator's sweep deletes what the other attempts staged.
+    coordinator's sweep deletes what the other attempts staged. (A producer of the ID
+    this process kept from the slot's last batch skips ``init_transactions``:
+    ``clients``.) Where phase 2 runs in one process (the format's commit worker),
+    several participants commit in one Kafka transaction, as the decision grouped them
+    (``commit_merged``, ``core.snapshot.committers``): under the ID of the first one
+    with staged records, with each one's marker.
 
     The MARKER is a consumer-group offset committed inside the Kafka transaction
     (``send_offsets_to_transaction``, KIP-98/447): group
@@ -237,17 +242,22 @@ class KafkaSink(KafkaConfig, TransactionalSink[_Handle]):
         participants (it spans topic partitions), with each one's marker."""
         return self.mode == "staged"
 
+    def commit_groups(self, receipts: Sequence[Receipt], committers: int) -> list[int]:
+        """Contiguous runs as even as they divide, each cut where what it staged would
+        outlast the publish budget of one transaction (``preflight``)."""
+        return preflight.split_by_budget(self, receipts, super().commit_groups(
+            receipts, committers))
+
     def commit_merged(self, items: Sequence[tuple[Transaction, Receipt]], *,
                       recovering: bool) -> None:
-        """One Kafka transaction under the first participant's transactional ID: the
-        records of every participant with something staged, and each one's marker and
-        progress record (``publish.commit_unit``)."""
-        unit = [(txn, receipt) for txn, receipt in items
-                if receipt.get("mode") != "direct"]
-        staged_rows = [(txn, receipt) for txn, receipt in unit
+        """One Kafka transaction under the transactional ID of the first participant
+        with staged records (every committer of the items finds the same one): every
+        such participant's records, marker and progress record
+        (``publish.commit_unit``). What the others claimed is deleted."""
+        staged_rows = [(txn, receipt) for txn, receipt in items
                        if receipt.get("file") and receipt.get("rows")]
-        for txn, receipt in unit:
-            if (txn, receipt) not in staged_rows:
+        for txn, receipt in items:
+            if not (receipt.get("file") and receipt.get("rows")):
                 self.staging.delete(txn)
         if staged_rows:
             publish.commit_unit(self, staged_rows, recovering=recovering)

@@ -37,7 +37,7 @@ from .group import SINGLE
 from .recovery import Recovery
 from .replay import note_replays
 from .scope import Scope
-from .tasks import BatchRunner, DirectTask, PrepareTask, TaskResult
+from .tasks import BatchRunner, DirectTask, PrepareTask, TaskResult, spreads_commits
 
 Layout = dict[str, tuple[int, int]]
 """Each member's (offset, count) among the group's participants."""
@@ -194,9 +194,11 @@ class ExactlyOnceBatch:
                schemas: Mapping[str, pa.Schema]) -> None:
         """The decision: after this record, the batch must be committed."""
         t1 = time.perf_counter()
-        committers.assign(participants, lambda member: self.scope.members[member].merges_commits(),
-                          self.scope.config.commit_parallelism,
-                          lambda p: str(p.get("member", SINGLE)))
+        members = self.scope.members
+        committers.assign(
+            participants, members, self.scope.config.commit_parallelism,
+            lambda p: str(p.get("member", SINGLE)),
+            lambda member: not spreads_commits(members[member], self.runners.get(member)))
         decided = {"outcome": DECIDED, "participants": participants,
                    "rows": self.metrics.rows, "slot": self.scope.pool.slot_of(self.batch_id)}
         if self.scope.settle(state, run, decided).get("outcome") != DECIDED:

@@ -14,15 +14,17 @@ commit time: two committers of one participant grouped otherwise would commit un
 transactional IDs, and the fencing of one would not reach the other (a duplicate).
 
 A decision without ``committer`` (a sink that does not merge, few enough participants,
-or a record written before merging existed) commits every participant alone.
+phase 2 spread over Spark tasks, or a record written before merging existed) commits
+every participant alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sparkeos.core.protocol import Receipt
+from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.protocol import Receipt, TransactionalSink
 
 from .txpool import Transaction
 
@@ -33,20 +35,36 @@ Unit = list[tuple[Transaction, Receipt]]
 """The participants one commit makes visible together, the lowest partition first."""
 
 
-def assign(participants: Sequence[dict[str, Any]], merges: Callable[[str], bool],
-           committers: int, member_of: Callable[[dict[str, Any]], str]) -> None:
-    """Name a committer in each participant of a member whose sink ``merges`` and that
-    has more than ``committers`` participants: contiguous runs of partitions, as even
-    as they divide. Other participants are left as they are (each commits alone)."""
+def assign(participants: Sequence[dict[str, Any]],
+           members: Mapping[str, TransactionalSink[Any]], committers: int,
+           member_of: Callable[[dict[str, Any]], str],
+           in_one_process: Callable[[str], bool]) -> None:
+    """Name a committer in each participant of a member whose sink ``merges_commits``
+    and whose phase 2 runs ``in_one_process`` (merging where Spark tasks spread the
+    commits would take their parallelism away), as the sink's ``commit_groups`` says.
+    Other participants, and a member whose groups are all of one, are left as they are
+    (each commits alone)."""
     by_member: dict[str, list[dict[str, Any]]] = {}
     for participant in participants:
         by_member.setdefault(member_of(participant), []).append(participant)
     for member, own in by_member.items():
-        if len(own) <= committers or not merges(member):
+        sink = members[member]
+        if len(own) < 2 or not sink.merges_commits() or not in_one_process(member):
             continue
         ordered = sorted(own, key=lambda p: int(p["partition"]))
-        for rank, participant in enumerate(ordered):
-            participant[COMMITTER] = rank * committers // len(ordered)
+        groups = sink.commit_groups([p["receipt"] for p in ordered], committers)
+        if len(groups) != len(ordered) or any(
+                not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in groups):
+            raise ConfigurationError(
+                f"{type(sink).__name__}.commit_groups gave {groups!r} for "
+                f"{len(ordered)} receipts: it must give one committer number (>= 0) per "
+                "receipt; the batch was not decided", sink=member,
+                fix="fix the sink's commit_groups; restart the query (the batch is "
+                "written again)")
+        if len(set(groups)) == len(groups):
+            continue
+        for participant, committer in zip(ordered, groups, strict=True):
+            participant[COMMITTER] = committer
 
 
 def units(items: Sequence[tuple[Transaction, Receipt, int | None]]) -> list[Unit]:

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from sparkeos.core.errors import CommitLogError, ConfigurationError
 from sparkeos.core.faults import FaultPlan, task_attempt_number
-from sparkeos.core.protocol import Receipt, TransactionalSink
+from sparkeos.core.protocol import CommitLocation, Receipt, TransactionalSink
 from sparkeos.core.steps import COMMIT, commit_step
 
 from .group import SINGLE
@@ -72,6 +72,15 @@ class BatchRunner(Protocol):
         """Compute the batch and drop the rows (a replayed batch that was committed
         before: a stateful query's state stores commit only when the whole plan ran)."""
         ...
+
+
+def spreads_commits(sink: TransactionalSink[Any], runner: BatchRunner | None) -> bool:
+    """Whether phase 2 of ``sink`` runs in Spark tasks spread over the executors
+    (``TASKS`` and a runner of Spark's): merging participants there
+    (``core.snapshot.committers``) would take the commits' parallelism away. A runner
+    that runs its tasks in this process says so (``runs_in_this_process``)."""
+    return (sink.commit_location is CommitLocation.TASKS and runner is not None
+            and not getattr(runner, "runs_in_this_process", False))
 
 
 def attempt_tag(attempt: TaskAttempt, task_attempts: int) -> int:
@@ -188,6 +197,15 @@ class CommitTask:
         txn, receipt = unit[0]
         commit_step(COMMIT, txn)
         if len(unit) > 1:
+            if not self.sink.merges_commits():
+                raise ConfigurationError(
+                    f"batch {txn.batch_id} was decided with partitions "
+                    f"{[t.partition for t, _r in unit]} committed together, and "
+                    f"{type(self.sink).__name__} does not merge commits (a sink of another "
+                    "kind or version under this name): they cannot be committed as decided",
+                    sink=txn.sink, batch_id=txn.batch_id,
+                    fix="finish the batch with the sink (and sparkeos version) that "
+                    "decided it; `sparkeos status <checkpointLocation>` shows the batch")
             self.sink.commit_merged(list(unit), recovering=self.recovering)
         elif self.recovering:
             self.sink.recover_commit(txn, receipt)

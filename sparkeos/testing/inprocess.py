@@ -95,14 +95,23 @@ class ListRunner(ArrowRunner):
         super().__init__([id_batch(ids) for ids in partitions], max_attempts, ID_SCHEMA)
 
 
+class OneProcessRunner(ListRunner):
+    """A ``ListRunner`` that says its tasks run in this process, as the format route's
+    phase 2 does (``core.snapshot.tasks.spreads_commits``): a sink that merges commits
+    merges them. (The other runners stand in for Spark, whose tasks spread them.)"""
+
+    runs_in_this_process = True
+
+
 def run_uncommitted(coordinator: BatchRunnerTarget, plan: Sequence[list[list[int]]],
-                    spark_committed: list[int]) -> None:
+                    spark_committed: list[int],
+                    runner: Callable[[list[list[int]]], ListRunner] = ListRunner) -> None:
     """Run the batches of ``plan`` Spark has not committed yet, as a (re)started query
     does; ``spark_committed`` plays Spark's own commit log and grows as batches end."""
     for batch_id, partitions in enumerate(plan):
         if batch_id in spark_committed:
             continue
-        coordinator.run_batch(batch_id, ListRunner(partitions))
+        coordinator.run_batch(batch_id, runner(partitions))
         spark_committed.append(batch_id)
 
 

@@ -29,7 +29,7 @@ from sparkeos.core.snapshot.coordinator import Coordinator
 from sparkeos.core.snapshot.group import SINGLE
 from sparkeos.core.storage.logstores import open_store
 
-from ..inprocess import ArrowRunner, ListRunner, id_batch
+from ..inprocess import ArrowRunner, ListRunner, OneProcessRunner, id_batch
 from ..interleave import PairOutcome, commit_beside, commit_pair
 from .support import assert_exactly_once
 
@@ -85,14 +85,15 @@ class RaceCases:
     def decided_unit_not_committed(self, workdir: str, log: CommitLog, key: str,
                                    batch_id: int, partitions: list[list[int]]) -> Unit:
         """Batch ``batch_id`` of ``partitions``, decided with one committer for all of
-        them (``commit_parallelism=1``: a sink that ``merges_commits`` commits them
-        together), then the driver dies before phase 2. The decided participants as
+        them (``commit_parallelism=1`` and phase 2 in one process, as in the format
+        route: a sink that ``merges_commits`` commits them together), then the driver
+        dies before phase 2. The decided participants as
         the decision grouped them: one unit."""
         config = CoordinatorConfig(name=RACE_SINK, commit_parallelism=1)
         coord = Coordinator(self.sink_factory(workdir), config, log, key,
                             FaultPlan("after_decided", batch_id, simulate=True))
         with pytest.raises(InjectedCrash):
-            coord.run_batch(batch_id, ListRunner(partitions))
+            coord.run_batch(batch_id, OneProcessRunner(partitions))
         state = coord.states()[batch_id]
         assert state.decided is not None and state.decided_run is not None
         units = coord.scope.decided_units(state, SINGLE)

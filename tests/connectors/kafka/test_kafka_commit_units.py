@@ -1,0 +1,52 @@
+"""What a merged Kafka commit needs that no broker shows: how a batch's receipts are
+grouped into transactions, and marker consumers that stay open while a commit holds
+them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparkeos.connectors.kafka import KafkaSink, clients
+
+
+def sink(**overrides: Any) -> KafkaSink:
+    return KafkaSink(**{"bootstrap_servers": "127.0.0.1:9", "topic": "out",
+                        "staging_dir": "/tmp/sparkeos-unused", **overrides})
+
+
+def staged(mb: float) -> dict[str, Any]:
+    return {"mode": "staged", "rows": 10, "bytes": int(mb * 1e6), "file": "f"}
+
+
+def test_receipts_merge_into_contiguous_runs_of_the_committers() -> None:
+    receipts = [staged(1)] * 8
+    assert sink().commit_groups(receipts, 4) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert sink().commit_groups(receipts[:3], 4) == [0, 1, 2]  # no more than committers
+
+
+def test_a_run_is_cut_where_one_transaction_would_outlast_the_publish_budget() -> None:
+    """8 participants of 40 MB, 2 committers: the budget of one transaction (0.8 x 60 s
+    at 1 MB/s = 48 MB) holds one participant, so each commits alone, where 4 x 40 MB in
+    one transaction would be aborted by the broker on every retry."""
+    big = [staged(40)] * 8
+    assert sink().commit_groups(big, 2) == list(range(8))
+    mixed = [staged(20), staged(20), staged(20), staged(1), staged(1), staged(1)]
+    assert sink().commit_groups(mixed, 1) == [0, 0, 1, 1, 1, 1]
+    assert sink(transaction_timeout_ms=900_000).commit_groups(big, 2) == [0] * 4 + [1] * 4
+
+
+def test_a_held_marker_consumer_outlives_its_eviction() -> None:
+    """A commit of many participants holds more marker groups than the cache keeps:
+    one evicted while held is closed by its holder, not under it."""
+    config = sink().client_config()
+    try:
+        with clients.held_marker_consumer(config, "sparkeos-test-held") as held:
+            for i in range(clients._MAX_CACHED + 2):
+                clients.marker_consumer(config, f"sparkeos-test-other-{i}")
+            assert held.consumer_group_metadata()  # still open
+        with pytest.raises(RuntimeError, match="closed"):
+            held.consumer_group_metadata()
+    finally:
+        clients.clear_caches()
