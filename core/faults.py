@@ -175,6 +175,11 @@ class FaultPlan:
     def _matches(self, point: str, batch_id: int) -> bool:
         return self.point == point and (self.batch_id is None or self.batch_id == batch_id)
 
+    def plans(self, point: str, batch_id: int) -> bool:
+        """Whether this plan fires at ``point`` in ``batch_id`` (a step that runs work
+        side by side may run it in order then, so the point falls where its name says)."""
+        return self._matches(point, batch_id)
+
     def driver(self, point: str, batch_id: int) -> None:
         if self._matches(point, batch_id):
             if self.simulate:

@@ -125,21 +125,33 @@ class Recovery:
     def commit_on_driver(
         self, commit: CommitTask, items: list[Unit], batch_id: int, first_member: bool,
     ) -> None:
-        first, rest = items[0], items[1:]
-        commit(first)
-        if first_member:
-            self.scope.faults.driver("after_first_commit", batch_id)
-        if rest:
-            workers = min(self.scope.config.commit_parallelism, len(rest))
-            if workers == 1:
+        """Every unit at once on ``commit_parallelism`` threads. With a fault planned
+        after the first commit, the first runs alone before the others, so the point
+        falls exactly there (the fault injection tests read that state)."""
+        faults = self.scope.faults
+        in_order = first_member and faults.plans("after_first_commit", batch_id)
+        workers = min(self.scope.config.commit_parallelism, len(items))
+        if workers == 1 or in_order:
+            commit(items[0])
+            if first_member:
+                faults.driver("after_first_commit", batch_id)
+            rest = items[1:]
+            if workers == 1 or len(rest) < 2:
                 for item in rest:
                     commit(item)
-            else:
-                # Each commit runs in a copy of this thread's context: what the caller
-                # set there (the store locations a format carries) is its threads' too.
-                caller = contextvars.copy_context()
-                with ThreadPoolExecutor(workers, thread_name_prefix="sparkeos-commit") as ex:
-                    list(ex.map(lambda item: caller.copy().run(commit, item), rest))
+                return
+            items, first_member = rest, False
+        # Each commit runs in a copy of this thread's context: what the caller set there
+        # (the store locations a format carries) is its threads' too.
+        caller = contextvars.copy_context()
+        with ThreadPoolExecutor(min(workers, len(items)),
+                                thread_name_prefix="sparkeos-commit") as ex:
+            done = [ex.submit(caller.copy().run, commit, item) for item in items]
+            done[0].result()
+            if first_member:
+                faults.driver("after_first_commit", batch_id)
+            for future in done[1:]:
+                future.result()
 
     def abort_run(self, state: BatchState, run: int, cause: BaseException) -> None:
         log_event("batch.aborting", **self.scope.fields(state.batch_id), run=run,
