@@ -30,6 +30,7 @@ unknown transactions.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterator
@@ -142,20 +143,8 @@ class TransactionPool:
         return f"{self.prefix}p{partition}-s{slot}"
 
     def transaction(self, batch_id: int, partition: int, run: int, tag: int) -> Transaction:
-        slot = self.slot_of(batch_id)
-        participant = self.participant_id(partition, slot)
-        return Transaction(
-            txn_id=f"{participant}-b{batch_id}r{run}a{tag}",
-            participant_id=participant,
-            query_key=self.query_key,
-            sink=self.sink,
-            batch_id=batch_id,
-            partition=partition,
-            slot=slot,
-            run=run,
-            tag=tag,
-            durable_identity=self.durable_identity,
-        )
+        return _transaction(self.query_key, self.sink, self.durable_identity, batch_id,
+                            partition, run, tag)
 
     def parse(self, txn_id: str) -> Transaction | None:
         """The transaction ``txn_id`` names, if it is an attempt ID of this pool."""
@@ -181,3 +170,27 @@ class TransactionPool:
                 fix="run `sparkeos recover <checkpointLocation>` (or restart the query, "
                 "which recovers first) so the earlier batch is committed or rolled back",
             )
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _transaction(query_key: str, sink: str, durable_identity: bool, batch_id: int,
+                 partition: int, run: int, tag: int) -> Transaction:
+    # Recovery, sweeps and phase 2 name a batch's decided transactions again and again
+    # (in the model check, building them took a twentieth of the time); a Transaction
+    # is immutable, so one made before serves. Keyed by the pool's fields, not the
+    # pool: its dataclass hash would double the cost of a lookup.
+    pool = TransactionPool(query_key, sink, durable_identity)
+    slot = pool.slot_of(batch_id)
+    participant = pool.participant_id(partition, slot)
+    return Transaction(
+        txn_id=f"{participant}-b{batch_id}r{run}a{tag}",
+        participant_id=participant,
+        query_key=query_key,
+        sink=sink,
+        batch_id=batch_id,
+        partition=partition,
+        slot=slot,
+        run=run,
+        tag=tag,
+        durable_identity=durable_identity,
+    )

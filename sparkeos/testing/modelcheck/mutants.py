@@ -55,6 +55,7 @@ def shared_attempt_ids() -> Iterator[None]:
             self.system.held.pop(txn.txn_id)
             if held.state == "open":
                 self.system.fenced.add(txn.txn_id)
+            self.system.changed()
         return original_begin(self, txn)
 
     with _patched(tasks_mod, "attempt_tag", lambda attempt, task_attempts: 0), \

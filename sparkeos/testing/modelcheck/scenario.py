@@ -38,14 +38,13 @@ import pyarrow as pa
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.errors import ConfigurationError, DataLossError, SparkEOSError
 from sparkeos.core.protocol import CommitLocation
-from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.commitlog import BEGUN, CommitLog, record_name
 from sparkeos.core.snapshot.coordinator import Coordinator, TaskAttempt, TaskFunction, TaskResult
 from sparkeos.core.snapshot.group import SinkGroup
-from sparkeos.core.snapshot.txpool import Transaction, TransactionPool
 from sparkeos.core.streaming import adapter as adapter_mod
 
 from .scheduler import Actor, Budget, Killed, Scheduler
-from .system import ModelSink, ModelStore, ModelSystem, id_rows
+from .system import ModelSink, ModelStore, ModelSystem, id_rows, parse_txn, parsed_record
 
 QUERY_KEY = "mq"
 SINK = "sink"
@@ -176,9 +175,21 @@ class ModelRunner:
         pass
 
 
+@functools.lru_cache(maxsize=16)
+def _config(task_attempts: int, overlap: bool) -> CoordinatorConfig:
+    """Every driver run and recovery makes coordinators; a config is immutable."""
+    return CoordinatorConfig(name=SINK, commit_parallelism=1, task_attempts=task_attempts,
+                             overlap_commits=overlap)
+
+
 @functools.lru_cache(maxsize=4096)
-def _parse_txn(txn_id: str) -> Transaction | None:
-    return TransactionPool(QUERY_KEY, SINK).parse(txn_id)
+def _attempt(txn_id: str) -> tuple[str, int, int] | None:
+    """The begun record that must cover the attempt ``txn_id`` names, and the
+    attempt's partition and tag (None: not an attempt ID of the query)."""
+    txn = parse_txn(QUERY_KEY, SINK, txn_id)
+    if txn is None:
+        return None
+    return record_name(txn.batch_id, BEGUN, txn.run), txn.partition, txn.tag
 
 
 class World:
@@ -193,7 +204,10 @@ class World:
         self.systems = [ModelSystem(sched, self.store, name) for name in names]
         for system in self.systems:
             system.reject_schema = _reject_string_ids
+            system.on_change = self._state_changed
         self.spark_committed: set[int] = set()
+        self._committed: tuple[int, ...] = ()
+        """``spark_committed`` as a state holds it."""
         self.tasks: dict[Actor, tuple[Job, int]] = {}
         self.violations: list[str] = []
         self.refused = False
@@ -201,7 +215,10 @@ class World:
         self.dead: set[str] = set()
         """Driver runs that crashed: their background phase 2 dies with them."""
         self.owners: dict[Actor, str] = {}
-        self._read_log: tuple[int, dict[int, Any]] | None = None
+        self._changed = True
+        """A system or ``spark_committed`` changed since the last state was taken."""
+        self._log_version = -1
+        """The version of the log the last state was taken of."""
         self._covered: dict[str, tuple[tuple[int, tuple[str, ...]], str | None]] = {}
         """Per system, the last covered check: its inputs (the log's version, the IDs
         held) and its answer. Most steps change neither (measured: a fifth of the
@@ -212,29 +229,31 @@ class World:
     # -- faults ----------------------------------------------------------------------------
     def on_turn(self, actor: Actor, label: str) -> None:
         sched = self.sched
+        if actor.kind == "driver" and actor.name in self.dead:
+            raise Killed(actor.name)  # its background phase 2 crashed the process
+        if actor.kind == "phase2" and self.owners[actor] in self.dead:
+            raise Killed(actor.name)  # the driver process died
+        if sched.spent_total >= sched.budget.total:
+            return  # no fault left to inject (most turns, once one was)
         if actor.kind == "driver":
-            if actor.name in self.dead:
-                raise Killed(actor.name)  # its background phase 2 crashed the process
-            if sched.inject("recover", f"sparkeos recover --force before {label}"):
+            if sched.inject("recover", lambda: f"sparkeos recover --force before {label}"):
                 sched.spawn(f"recover@{len(sched.actors)}", self.racing_recover, "recover")
-            if sched.inject("crash", f"{actor.name} dies before {label}"):
+            if sched.inject("crash", lambda: f"{actor.name} dies before {label}"):
                 self.dead.add(actor.name)
                 raise Killed(actor.name)
         elif actor.kind == "phase2":
             owner = self.owners[actor]
-            if owner in self.dead:
-                raise Killed(actor.name)  # the driver process died
-            if sched.inject("crash", f"{owner} dies in {actor.name} before {label}"):
+            if sched.inject("crash", lambda: f"{owner} dies in {actor.name} before {label}"):
                 self.dead.add(owner)
                 raise Killed(actor.name)
         elif actor.kind == "task":
             job, partition = self.tasks[actor]
             if not job.done and partition not in job.results:
-                if sched.inject("copy", f"speculative copy of p{partition} starts"):
+                if sched.inject("copy", lambda: f"speculative copy of p{partition} starts"):
                     job.launch(partition)
-                if sched.inject("stage", "fetch failure: the stage is retried"):
+                if sched.inject("stage", lambda: "fetch failure: the stage is retried"):
                     job.retry_stage()
-            if sched.inject("fail", f"{actor.name} dies before {label}"):
+            if sched.inject("fail", lambda: f"{actor.name} dies before {label}"):
                 raise TaskDied(actor.name)
 
     def on_step(self) -> None:
@@ -243,18 +262,32 @@ class World:
                 dupes = sorted({i for i in system.visible if system.visible.count(i) > 1})
                 self.violations.append(f"invariant 3: ids {dupes} visible twice in "
                                        f"{system.name}")
-            covered = self._covered_check(system)
-            if covered:
-                self.violations.append(covered)
-            self.violations.extend(system.violations)
-            system.violations.clear()
-        self.states.add(hash((self.store.fingerprint(),
-                              tuple(s.fingerprint() for s in self.systems),
-                              tuple(sorted(self.spark_committed)))))
+            if system.held:
+                covered = self._covered_check(system)
+                if covered:
+                    self.violations.append(covered)
+            if system.violations:
+                self.violations.extend(system.violations)
+                system.violations.clear()
+        # A state is new only after a write to the log, a change of a system or a batch
+        # Spark committed; most steps do none of these.
+        store = self.store
+        if self._changed or store.version != self._log_version:
+            self._changed = False
+            self._log_version = store.version
+            self.states.add(hash((store.fingerprint(),
+                                  tuple([s.fingerprint() for s in self.systems]),
+                                  self._committed)))
+
+    def _state_changed(self) -> None:
+        self._changed = True
+
+    def spark_commits(self, batch_id: int) -> None:
+        self.spark_committed.add(batch_id)
+        self._committed = tuple(sorted(self.spark_committed))
+        self._state_changed()
 
     def _covered_check(self, system: ModelSystem) -> str | None:
-        if not system.held:
-            return None
         inputs = (self.store.version, tuple(system.held))
         last = self._covered.get(system.name)
         if last is not None and last[0] == inputs:
@@ -264,23 +297,21 @@ class World:
         return answer
 
     def _uncovered_held(self, system: ModelSystem) -> str | None:
-        if self._read_log is None or self._read_log[0] != self.store.version:
-            self._read_log = (self.store.version, CommitLog(_Snapshot(self.store)).batches())
-        states = self._read_log[1]
+        # Each ID needs only its run's begun record, by the name the commit log gives it
+        # (reading the whole log again took most of the check's time).
+        files = self.store.files
         for txn_id in system.held:
-            txn = _parse_txn(txn_id)
-            state = states.get(txn.batch_id) if txn else None
-            begun = state.begun.get(txn.run) if state and txn else None
-            if txn is None or begun is None or not (
-                    txn.partition < int(begun["partitions"]) and txn.tag < int(begun["tags"])):
+            attempt = _attempt(txn_id)
+            data = files.get(attempt[0]) if attempt else None
+            begun = parsed_record(data) if data is not None else None
+            if attempt is None or begun is None or not (
+                    attempt[1] < int(begun["partitions"]) and attempt[2] < int(begun["tags"])):
                 return f"invariant 7: {txn_id} holds state no begun record covers"
         return None
 
     # -- actors ----------------------------------------------------------------------------
     def coordinator(self, system: ModelSystem, overlap: bool = False) -> Coordinator:
-        config = CoordinatorConfig(name=SINK, commit_parallelism=1,
-                                   task_attempts=self.scenario.task_attempts,
-                                   overlap_commits=overlap)
+        config = _config(self.scenario.task_attempts, overlap)
         if self.scenario.group:
             group = SinkGroup({s.name.lower(): ModelSink(s, self.scenario.commit_location)
                                for s in self.systems})
@@ -334,7 +365,7 @@ class World:
                 for coord in coordinators:
                     coord.run_batch(batch_id, self.runners(batch_id, partitions, schema))
                 self.sched.point(f"Spark commits batch {batch_id}")
-                self.spark_committed.add(batch_id)
+                self.spark_commits(batch_id)
             result["outcome"] = "completed"
         except (Killed, TaskDied):
             result["outcome"] = "crashed"
@@ -394,17 +425,6 @@ class World:
                                        f"{system.name}: {sorted(system.held)}")
 
 
-class _Snapshot(ModelStore):
-    """A read-only view of the store for checks (no scheduling steps)."""
-
-    def __init__(self, store: ModelStore) -> None:
-        self.files = store.files
-        self.location = store.location
-
-    def list_names(self) -> list[str]:
-        return list(self.files)
-
-
 def _done(actor: Actor) -> bool:
     return actor.state == "done"
 
@@ -423,8 +443,11 @@ class _ActorRunning:
         self.sched.point(f"await {self.actor.name}", self.done)
 
 
+_BIGINT = pa.int64()  # made once: pa.int64() costs more than the comparison
+
+
 def _reject_string_ids(schema: pa.Schema) -> str | None:
-    return "id must be bigint" if schema.field("id").type != pa.int64() else None
+    return "id must be bigint" if schema.field("id").type != _BIGINT else None
 
 
 def run_schedule(scenario: Scenario, prefix: list[int], budget: Budget) -> tuple[

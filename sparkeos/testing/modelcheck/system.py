@@ -12,6 +12,7 @@ rollback of a decided attempt's prepared state (invariant 10), lost prepared sta
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ from sparkeos.core.protocol import (
     TransactionalSink,
     TxnState,
 )
-from sparkeos.core.snapshot.commitlog import DECIDED, OUTCOME, Store, parse_record_name
-from sparkeos.core.snapshot.txpool import AttemptRange
+from sparkeos.core.snapshot.commitlog import DECIDED, OUTCOME, Store, record_name
+from sparkeos.core.snapshot.txpool import AttemptRange, TransactionPool
 
 from .scheduler import Scheduler
 
@@ -56,6 +57,14 @@ class ModelSystem:
     generations: int = 0
     violations: list[str] = field(default_factory=list)
     reject_schema: Callable[[pa.Schema], str | None] | None = None
+    changes: int = 0
+    """Counts the changes of what ``fingerprint`` covers: whatever changes ``held``
+    (or a ``Held``), ``fenced``, ``markers`` or ``visible`` calls ``changed()``."""
+    on_change: Callable[[], None] | None = None
+    """Told of every change: the exploration takes a state only after one."""
+    _fingerprint: tuple[int, tuple[Any, ...]] | None = field(default=None, repr=False)
+    """The last fingerprint and the ``changes`` it is of: the exploration takes one
+    after every step, and most steps change nothing here."""
 
     def step(self, what: str) -> None:
         self.sched.point(f"{self.name}.{what}")
@@ -63,10 +72,19 @@ class ModelSystem:
     def violation(self, text: str) -> None:
         self.violations.append(text)
 
+    def changed(self) -> None:
+        self.changes += 1
+        if self.on_change is not None:
+            self.on_change()
+
     def fingerprint(self) -> tuple[Any, ...]:
-        held = tuple(sorted((k, v.state, tuple(v.rows)) for k, v in self.held.items()))
-        return (held, tuple(sorted(self.fenced)), tuple(sorted(self.markers.items())),
-                tuple(sorted(self.visible)))
+        if self._fingerprint is not None and self._fingerprint[0] == self.changes:
+            return self._fingerprint[1]
+        held = tuple(sorted([(k, v.state, tuple(v.rows)) for k, v in self.held.items()]))
+        fingerprint = (held, tuple(sorted(self.fenced)), tuple(sorted(self.markers.items())),
+                       tuple(sorted(self.visible)))
+        self._fingerprint = (self.changes, fingerprint)
+        return fingerprint
 
 
 class ModelHandle:
@@ -100,6 +118,7 @@ class ModelSink(TransactionalSink[ModelHandle]):
         system.generations += 1
         system.held[txn.txn_id] = Held("open", [], txn.batch_id, txn.partition,
                                        system.generations)
+        system.changed()
         return ModelHandle(txn)
 
     def _own(self, handle: ModelHandle) -> Held:
@@ -111,7 +130,8 @@ class ModelSink(TransactionalSink[ModelHandle]):
     def write(self, handle: ModelHandle, batch: pa.RecordBatch) -> None:
         self.system.step(f"write {handle.txn.attempt} p{handle.txn.partition}")
         if not handle.skipped:
-            self._own(handle).rows.extend(batch.column("id").to_pylist())
+            self._own(handle).rows.extend(_ids_of(batch))
+            self.system.changed()
 
     def prepare(self, handle: ModelHandle) -> Receipt:
         self.system.step(f"prepare {handle.txn.attempt} p{handle.txn.partition}")
@@ -119,6 +139,7 @@ class ModelSink(TransactionalSink[ModelHandle]):
             return {"rows": 0, "skipped": True}
         held = self._own(handle)
         held.state = "prepared"
+        self.system.changed()
         return {"rows": len(held.rows), "generation": held.generation}
 
     def abort(self, handle: ModelHandle, txn: Transaction) -> None:
@@ -126,6 +147,7 @@ class ModelSink(TransactionalSink[ModelHandle]):
         if held is not None and held.state == "open" and not handle.skipped:
             self.system.step(f"abort {txn.attempt} p{txn.partition}")
             self.system.held.pop(txn.txn_id, None)
+            self.system.changed()
 
     def commit(self, txn: Transaction, receipt: Receipt) -> None:
         system = self.system
@@ -139,6 +161,7 @@ class ModelSink(TransactionalSink[ModelHandle]):
             del system.held[txn.txn_id]
             system.visible.extend(held.rows)
             system.markers[(txn.batch_id, txn.partition)] = txn.txn_id
+            system.changed()
             return
         if system.markers.get((txn.batch_id, txn.partition)) == txn.txn_id:
             return
@@ -156,6 +179,7 @@ class ModelSink(TransactionalSink[ModelHandle]):
         held = system.held.pop(txn_id, None)
         if held is None:
             return
+        system.changed()
         if held.state == "open":
             system.fenced.add(txn_id)
         elif txn is not None and decided_names(system.store, txn):
@@ -167,11 +191,9 @@ class ModelSink(TransactionalSink[ModelHandle]):
         if not ranges:
             return
         self.system.step(f"sweep batches {sorted({r.batch_id for r in ranges})}")
-        from sparkeos.core.snapshot.txpool import TransactionPool
-
-        pool = TransactionPool(ranges[0].query_key, ranges[0].sink)
+        query_key, sink = ranges[0].query_key, ranges[0].sink
         for txn_id in list(self.system.held):
-            txn = pool.parse(txn_id)
+            txn = parse_txn(query_key, sink, txn_id)
             if txn is not None and txn_id not in keep and any(r.covers(txn) for r in ranges):
                 self._rollback(txn_id, txn)
 
@@ -184,17 +206,33 @@ class ModelSink(TransactionalSink[ModelHandle]):
 
 def decided_names(store: ModelStore, txn: Transaction) -> bool:
     """Does a durable decided outcome of ``txn``'s batch name this attempt?"""
-    for name, data in store.files.items():
-        parsed = parse_record_name(name)
-        if parsed is None or parsed[:3] != (txn.batch_id, OUTCOME, txn.run):
-            continue
-        body = json.loads(data)
-        if body.get("outcome") != DECIDED:
-            continue
-        for p in body.get("participants", []):
-            if int(p["partition"]) == txn.partition and int(p["tag"]) == txn.tag:
-                return True
-    return False
+    # The commit log names its records with ``record_name``: the outcome of the
+    # attempt's run is that one file (a scan of the log parsed every record, at every
+    # commit and rollback).
+    data = store.files.get(record_name(txn.batch_id, OUTCOME, txn.run))
+    if data is None:
+        return False
+    body = parsed_record(data)
+    if body.get("outcome") != DECIDED:
+        return False
+    return any(int(p["partition"]) == txn.partition and int(p["tag"]) == txn.tag
+               for p in body.get("participants", []))
+
+
+@functools.lru_cache(maxsize=8192)
+def parsed_record(data: bytes) -> dict[str, Any]:
+    """A record's body as the model's checks read it. Shared between calls: read it,
+    never change it. Schedules write the same few records over and over, and the
+    checks read them at almost every step."""
+    body: dict[str, Any] = json.loads(data)
+    return body
+
+
+@functools.lru_cache(maxsize=8192)
+def parse_txn(query_key: str, sink: str, txn_id: str) -> Transaction | None:
+    """``TransactionPool(query_key, sink).parse(txn_id)``, for the few IDs every
+    schedule uses again (a ``Transaction`` is immutable)."""
+    return TransactionPool(query_key, sink).parse(txn_id)
 
 
 class ModelStore(Store):
@@ -206,6 +244,8 @@ class ModelStore(Store):
         self.files: dict[str, bytes] = {}
         self.version = 0
         """Counts the writes: what was read of the store is current while it stands."""
+        self._fingerprint: tuple[int, tuple[tuple[str, bytes], ...]] = (0, ())
+        """The last fingerprint and the version it is of: most steps write nothing."""
 
     def list_names(self) -> list[str]:
         self.sched.point("log.list")
@@ -231,12 +271,38 @@ class ModelStore(Store):
         self.version += 1
 
     def fingerprint(self) -> tuple[tuple[str, bytes], ...]:
-        return tuple(sorted(self.files.items()))
+        version, fingerprint = self._fingerprint
+        if version != self.version:
+            fingerprint = tuple(sorted(self.files.items()))
+            self._fingerprint = (self.version, fingerprint)
+        return fingerprint
 
 
-def id_rows(ids: list[int]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64())})
+def id_rows(ids: Sequence[int]) -> pa.RecordBatch:
+    return _id_rows(tuple(ids))
+
+
+_IDS: dict[int, tuple[pa.RecordBatch, tuple[int, ...]]] = {}
+"""By ``id()``: each batch ``id_rows`` made (kept, so the ``id`` stays its own) and
+its ids, which ``ModelSink.write`` would otherwise convert back at every write."""
+
+
+@functools.cache
+def _id_rows(ids: tuple[int, ...]) -> pa.RecordBatch:
+    # A record batch is immutable, and every schedule writes the same few partitions
+    # (a few dozen in all): building one took a tenth of the model's own time.
+    batch = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64())})
+    _IDS[id(batch)] = (batch, ids)
+    return batch
+
+
+def _ids_of(batch: pa.RecordBatch) -> Sequence[int]:
+    known = _IDS.get(id(batch))
+    if known is not None and known[0] is batch:
+        return known[1]
+    ids: list[int] = batch.column("id").to_pylist()
+    return ids
 
 
 __all__ = ["ModelHandle", "ModelSink", "ModelStore", "ModelSystem", "decided_names",
-           "id_rows"]
+           "id_rows", "parse_txn", "parsed_record"]
