@@ -81,9 +81,13 @@ class CoordinatorConfig:
     become visible after Spark saw the batch end (``BatchMetrics.visible_ms``), so
     ``processAllAvailable()`` no longer means "committed": call the adapter's
     ``flush()``. The end of the query, of Spark's context and of the driver wait for
-    the last commit and raise its failure (``core.streaming.ending``). A failure of a background
-    phase 2 stops the query at the next batch; the batch stays decided and the next
-    recovery commits it. Default ``False``.
+    the last commit and raise its failure (``core.streaming.ending``), and so does
+    ``processAllAvailable()``. A failure of a background phase 2 stops the query at the
+    next batch; the batch stays decided and the next recovery commits it. Default
+    ``None``: on where those ends are held, a foreachBatch query in a classic session
+    under exactly-once (``core.streaming.ending.overlaps``); off under Spark Connect, at
+    least once, in the format route and for a ``Coordinator`` used directly (none of
+    them has a process whose end sparkeos can hold).
     """
 
     name: str
@@ -95,7 +99,7 @@ class CoordinatorConfig:
     lease_ttl_s: float = 300.0
     existing_output: str = "refuse"
     writers: int | None = None
-    overlap_commits: bool = False
+    overlap_commits: bool | None = None
 
     def __post_init__(self) -> None:
         validate_sink_name(self.name)
@@ -127,10 +131,11 @@ class CoordinatorConfig:
                 f"writers={self.writers!r} must be a whole number >= 1", sink=self.name,
                 fix="leave it unset (the executors' cores) or give the number of "
                 "transactions that should write each batch")
-        if not isinstance(self.overlap_commits, bool):
+        if self.overlap_commits is not None and not isinstance(self.overlap_commits, bool):
             raise ConfigurationError(
-                f"overlap_commits={self.overlap_commits!r} must be True or False",
-                sink=self.name)
+                f"overlap_commits={self.overlap_commits!r} must be True, False or None",
+                sink=self.name, fix="leave it unset (None: on where the end of the query "
+                "waits for the commit) or give True or False")
         if not self.lease_ttl_s > 0:
             raise ConfigurationError(f"lease_ttl_s={self.lease_ttl_s} must be > 0",
                                      sink=self.name)

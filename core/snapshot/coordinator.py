@@ -156,7 +156,8 @@ class Coordinator:
                 batch = ExactlyOnceBatch(self.scope, self.checks, self.recovery, batch_id,
                                          runners, metrics, busy=self.in_flight.busy,
                                          held=self.in_flight.held)
-                decided = batch.run(defer_commit=self.config.overlap_commits)
+                # None (unresolved: no adapter holds the end of a query here) is off.
+                decided = batch.run(defer_commit=self.config.overlap_commits is True)
             else:
                 run_direct(self.scope, self.recovery, self._direct_run, batch_id, runners,
                            metrics)

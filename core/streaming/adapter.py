@@ -60,11 +60,12 @@ class ForeachBatchAdapter:
         self._lock = threading.Lock()
         self._finishing: dict[str, onstart.Finishing] = {}
         self._finishing_lock = threading.Lock()
-        if config.overlap_commits and config.guarantee is Guarantee.EXACTLY_ONCE:
+        if ending.holds(config):
+            # Before the query starts: a stop() or awaitTermination() called then must
+            # wait for the commit too.
+            ending.watch_ends()
             # A restart without new input runs no batch: finish at the start instead.
             onstart.watch(self)
-            # The end of the query, of Spark or of the interpreter waits for the commit.
-            ending.hold(self)
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark Connect cloudpickles the foreachBatch function to a server-side Python
@@ -139,6 +140,7 @@ class ForeachBatchAdapter:
             for done in [q for q, f in self._finishing.items() if f.succeeded]:
                 del self._finishing[done]  # other queries' starts: nothing to keep
             if query_id not in self._finishing:
+                ending.hold(self)  # the end of the query waits for what its start commits
                 self._finishing[query_id] = onstart.Finishing(session, self.sink,
                                                               self.config, query_id)
 
@@ -178,7 +180,14 @@ class ForeachBatchAdapter:
             # Its failure is the new run's recovery's to meet again (and raise).
             self._await_finishing(key[0])
         self._run = QueryRun(key, lease=run.lease if run is not None else None)
-        return self._run.open(df, self.sink, self.config, self._token)
+        coordinator = self._run.open(df, self.sink, self.config, self._token)
+        if coordinator.config.overlap_commits:
+            # The end of the query, of Spark or of the interpreter waits for the commit.
+            # Held from the first batch that may overlap, not from construction: an
+            # adapter that never runs one (under Spark Connect, the client's) is no
+            # end's concern.
+            ending.hold(self)
+        return coordinator
 
     def _claim_log(self, log: CommitLog, query_identity: str,
                    bound: TransactionalSink[Any] | SinkGroup | None = None) -> str:

@@ -18,6 +18,8 @@ runs on a driver thread (``core.snapshot.overlap``). Measured on pyspark 4.3 (cl
 So for every adapter with ``overlap_commits`` (``hold``), with no change to the user's
 code:
 
+* ``StreamingQuery.processAllAvailable()`` returns after what it processed is committed
+  (or raises the failure of that commit), as without ``overlap_commits``;
 * ``StreamingQuery.stop()`` and ``awaitTermination()`` (once the query ended) return
   after the adapters that served the query committed what it decided, or raise the
   failure of that commit (pyspark's classic class, wrapped once per process); an
@@ -49,6 +51,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.errors import describe_cause
 from sparkeos.core.observe import log_event
 
@@ -72,6 +75,30 @@ STOP_WAIT_S = float(os.environ.get("SPARKEOS_STOP_WAIT_SECONDS", "300"))
 """How long ``spark.stop()`` waits for background commits while Spark can still run
 their tasks; past it, the context stops and they finish in this process."""
 _WRAPPED = "__sparkeos_ending__"
+
+
+def overlaps(config: CoordinatorConfig, connect: bool) -> bool:
+    """Whether a foreachBatch query's batches commit in the background
+    (``overlap_commits``): as set, and by default (None) where this module holds the
+    end of the query, a classic session under exactly-once. Under Spark Connect it is
+    off whatever was set (no hook reaches the server's process)."""
+    if connect or config.guarantee is not Guarantee.EXACTLY_ONCE:
+        return False
+    return config.overlap_commits is not False
+
+
+def holds(config: CoordinatorConfig) -> bool:
+    """Whether an adapter of ``config`` may overlap, so that the ends of its queries
+    must wait for it (``hold``): known before the session is (classic or Connect)."""
+    return config.guarantee is Guarantee.EXACTLY_ONCE and config.overlap_commits is not False
+
+
+def watch_ends() -> None:
+    """Wrap the ends of pyspark's queries and sessions, once per process: before any
+    query of an adapter that may overlap can end, or be waited for (a call that began
+    before the wrap would not wait)."""
+    with _LOCK:
+        _wrap_pyspark()
 
 
 def hold(adapter: Committing) -> None:
@@ -111,7 +138,8 @@ def _in_turn(steps: list[Callable[[], None]]) -> None:
 
 
 def _wrap_pyspark() -> None:
-    """Wrap pyspark's classic ``StreamingQuery.stop`` / ``awaitTermination``,
+    """Wrap pyspark's classic ``StreamingQuery.stop`` / ``awaitTermination`` /
+    ``processAllAvailable``,
     ``SparkContext.stop`` and ``SparkSession.stop``, once per process."""
     try:
         from pyspark import SparkContext
@@ -123,6 +151,7 @@ def _wrap_pyspark() -> None:
         return
     _wrap(StreamingQuery, "stop", _query_stop)
     _wrap(StreamingQuery, "awaitTermination", _query_await)
+    _wrap(StreamingQuery, "processAllAvailable", _query_processed)
     _wrap(SparkContext, "stop", _context_stop)
     _wrap(SparkSession, "stop", _session_stop)
 
@@ -139,6 +168,13 @@ def _wrap(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
 
 
 def _query_stop(original: Callable[..., Any], query: Any) -> None:
+    original(query)
+    after_query(str(query.id))
+
+
+def _query_processed(original: Callable[..., Any], query: Any) -> None:
+    # The query goes on; what it processed is read next (tests, notebooks), so it must
+    # be committed, as without overlap_commits.
     original(query)
     after_query(str(query.id))
 

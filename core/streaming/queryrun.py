@@ -29,7 +29,7 @@ from sparkeos.core.snapshot.txpool import query_key_for
 from sparkeos.core.storage.fsutil import require_shared_on_executors
 from sparkeos.core.storage.logstores import open_store
 
-from . import identity
+from . import ending, identity
 from .spark import (
     default_writers,
     is_connect,
@@ -85,15 +85,6 @@ class QueryRun:
         take the lease; then the coordinator (it recovers on its first batch)."""
         query_id, run_id = self.key
         faults = FaultPlan.from_env()
-        if config.guarantee is not Guarantee.EXACTLY_ONCE:
-            location = config.checkpoint_location or query_checkpoint(df, query_id)
-            if location and not is_temporary_checkpoint(location):
-                refuse_unfinished_log(location, config.name,
-                                      None if is_connect(df) else df.sparkSession)
-            known = identity.of_foreach_batch(query_id, config.checkpoint_location)
-            self.coordinator = Coordinator(sink, config, None, known.key, faults,
-                                           durable_identity=known.durable)
-            return self.coordinator
         connect = is_connect(df)
         if connect and config.overlap_commits:
             # The server ends the batch function's process when a query ends, under a
@@ -102,7 +93,16 @@ class QueryRun:
                       detail="overlap_commits needs a classic session; under Spark "
                       "Connect each batch commits before it returns (the guarantee is "
                       "the same)")
-            config = dataclasses.replace(config, overlap_commits=False)
+        config = dataclasses.replace(config, overlap_commits=ending.overlaps(config, connect))
+        if config.guarantee is not Guarantee.EXACTLY_ONCE:
+            location = config.checkpoint_location or query_checkpoint(df, query_id)
+            if location and not is_temporary_checkpoint(location):
+                refuse_unfinished_log(location, config.name,
+                                      None if connect else df.sparkSession)
+            known = identity.of_foreach_batch(query_id, config.checkpoint_location)
+            self.coordinator = Coordinator(sink, config, None, known.key, faults,
+                                           durable_identity=known.durable)
+            return self.coordinator
         location = checkpoint_of(df, config, query_id, connect)
         # The ID Spark keeps in the checkpoint is the one a running query reports: the
         # same query key in classic and Connect mode (core.streaming.identity).

@@ -8,13 +8,17 @@ in one driver: ``{"topic", "input", "end"}`` each. Ends:
 
 * ``query_stop``: ``query.stop()`` once the input is processed;
 * ``await``: an ``availableNow`` query, ``awaitTermination()``;
+* ``processed``: ``processAllAvailable()`` (the report is taken when it returns), then
+  ``query.stop()``;
 * ``spark_stop``: ``spark.stop()`` once the input is processed, the query still active;
 * ``exit``: the script ends once the input is processed, the query still active;
 * ``context_lost``: an ``availableNow`` query, ``awaitTermination()``, but the JVM stops
   Spark's context (behind pyspark's back: what an application's end does) once the
   last batch prepared, before its decision: its commit meets a stopped context.
 
-After each end call returns (or raises) the job appends what the commit log holds at
+The other ends wait for the input with Spark's own ``processAllAvailable`` (unwrapped),
+which returns with the last batch still committing. After each end call returns (or
+raises) the job appends what the commit log holds at
 that moment, and what the call raised, to ``<work>/report.jsonl``.
 """
 
@@ -26,7 +30,7 @@ import os
 import sys
 from typing import Any
 
-END_CALLS = ("query_stop", "await", "spark_stop", "exit", "context_lost")
+END_CALLS = ("query_stop", "await", "processed", "spark_stop", "exit", "context_lost")
 NAME = "ends"
 LAST_BATCH = 1
 
@@ -60,6 +64,8 @@ def log_statuses(checkpoint: str) -> dict[str, str]:
 def run_query(spark: Any, bootstrap: str, work: str, index: int, query: dict[str, Any]
               ) -> dict[str, Any]:
     """Run ``query`` to the end its spec names; what the commit log holds right after."""
+    from pyspark.sql.streaming.query import StreamingQuery
+
     from sparkeos import exactly_once
     from sparkeos.connectors.kafka import KafkaSink
 
@@ -79,11 +85,20 @@ def run_query(spark: Any, bootstrap: str, work: str, index: int, query: dict[str
         started = writer.trigger(availableNow=True).start()
     else:
         started = writer.trigger(processingTime="100 milliseconds").start()
-        started.processAllAvailable()
+        if end == "processed":
+            started.processAllAvailable()  # sparkeos' wrap waits for the commit
+        else:
+            # Spark's own wait, which returns with the last batch still committing:
+            # the end call is then what has to wait for it.
+            StreamingQuery.processAllAvailable.__wrapped__(started)
     raised = None
+    statuses = None
     try:
         if end in ("await", "context_lost"):
             started.awaitTermination()
+        elif end == "processed":
+            statuses = log_statuses(checkpoint)
+            started.stop()
         elif end == "query_stop":
             started.stop()
         elif end == "spark_stop":
@@ -91,7 +106,7 @@ def run_query(spark: Any, bootstrap: str, work: str, index: int, query: dict[str
     except Exception as exc:  # what the end call raised is the report's
         raised = {"type": type(exc).__name__, "message": str(exc)}
     return {"index": index, "end": end, "raised": raised,
-            "statuses": log_statuses(checkpoint)}
+            "statuses": statuses or log_statuses(checkpoint)}
 
 
 def main(argv: list[str]) -> int:

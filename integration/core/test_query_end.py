@@ -68,12 +68,12 @@ def run_in_job(bootstrap: str, work: str, queries: list[dict[str, Any]]
     return result, reports
 
 
-@pytest.mark.parametrize("end", ["query_stop", "await"])
+@pytest.mark.parametrize("end", ["query_stop", "await", "processed"])
 def test_a_query_end_returns_once_its_last_batch_is_committed(
         spark: Any, kafka_bootstrap: str, tmp_path: Any, end: str) -> None:
     """``query.stop()`` once the input is processed, ``awaitTermination()`` of an
-    ``availableNow`` query: when the call returns, every batch is finished and every
-    record visible."""
+    ``availableNow`` query, ``processAllAvailable()`` of a running one: when the call
+    returns, every batch is finished and every record visible."""
     work = str(tmp_path)
     query = make_query(kafka_bootstrap, work, 0, end)
     report = run_query(spark, kafka_bootstrap, work, 0, query)

@@ -15,6 +15,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.snapshot.overlap import CommitsInFlight
 from sparkeos.core.streaming import ending
 
@@ -24,7 +25,7 @@ def wrapped(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     """pyspark's classes wrapped for this test only (restored after it); the context's
     own stop stands in for the JVM's and records its calls."""
     for cls, name in ((StreamingQuery, "stop"), (StreamingQuery, "awaitTermination"),
-                      (SparkSession, "stop")):
+                      (StreamingQuery, "processAllAvailable"), (SparkSession, "stop")):
         monkeypatch.setattr(cls, name, getattr(cls, name))
     stopped: list[Any] = []
 
@@ -100,3 +101,34 @@ def test_spark_stop_waits_only_so_long_then_stops_the_context(
     assert stopper.is_alive(), "spark.stop() returned before the commit ended"
     executors.set()  # the commit ends (in the driver's process, in production)
     stopper.join()
+
+
+@pytest.mark.parametrize(("setting", "guarantee", "connect", "overlaps"), [
+    (None, Guarantee.EXACTLY_ONCE, False, True),  # the default, where the end is held
+    (None, Guarantee.EXACTLY_ONCE, True, False),  # Connect: no hook reaches the server
+    (True, Guarantee.EXACTLY_ONCE, True, False),
+    (None, Guarantee.AT_LEAST_ONCE, False, False),
+    (True, Guarantee.AT_LEAST_ONCE, False, False),
+    (False, Guarantee.EXACTLY_ONCE, False, False),
+    (True, Guarantee.EXACTLY_ONCE, False, True),
+])
+def test_overlap_is_on_by_default_where_the_end_of_the_query_is_held(
+        setting: bool | None, guarantee: Guarantee, connect: bool, overlaps: bool) -> None:
+    config = CoordinatorConfig(name="out", guarantee=guarantee, overlap_commits=setting)
+    assert ending.overlaps(config, connect) is overlaps
+    assert ending.holds(config) is (guarantee is Guarantee.EXACTLY_ONCE
+                                    and setting is not False)
+
+
+def test_a_coordinator_used_directly_commits_before_a_batch_returns() -> None:
+    """No adapter holds the end of its queries (the format route, the CLI, tests): the
+    default (None) is off, each batch visible when ``run_batch`` returns."""
+    from sparkeos.core.snapshot.commitlog import CommitLog
+    from sparkeos.core.snapshot.coordinator import Coordinator
+    from tests.support.memory import ListRunner, MemorySink, MemoryStore, MemorySystem
+
+    system = MemorySystem()
+    coordinator = Coordinator(MemorySink(system), CoordinatorConfig(name="out"),
+                              CommitLog(MemoryStore()), "q")
+    metrics = coordinator.run_batch(0, ListRunner([[1, 2], [3]]))
+    assert metrics.outcome == "committed" and sorted(system.visible) == [1, 2, 3]
