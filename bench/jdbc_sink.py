@@ -4,7 +4,12 @@ In one run, on one SparkSession and one PostgreSQL, the same streaming input (on
 Parquet file per micro-batch, ``maxFilesPerTrigger=1``, ``availableNow``) is written by:
 
 * ``exactly_once``  ``exactly_once(PostgresSink(...))``: COPY + PREPARE TRANSACTION per
-                    task, COMMIT PREPARED on the driver after the durable decision;
+                    writer (at most the executors' cores: the batch is coalesced),
+                    COMMIT PREPARED on the driver after the durable decision (in a
+                    classic session, beside the next batch);
+* ``format``        ``writeStream.format("sparkeos-postgres")``: the same sink, one
+                    prepared transaction per Spark partition (the route cannot
+                    coalesce), committed before Spark sees the batch end;
 * ``upsert``        ``at_least_once(PostgresSink(mode="upsert", key=["id"]))``;
 * ``copy``          ``at_least_once(PostgresSink(...))``: binary COPY from Arrow and a
                     plain COMMIT in each task, the fastest plain write we know;
@@ -18,7 +23,10 @@ Parquet file per micro-batch, ``maxFilesPerTrigger=1``, ``availableNow``) is wri
 Modes run in rotating order for ``--repeats`` rounds; medians are reported. Every run
 is checked: the table holds exactly the input's ids. ``--partitions N`` repartitions
 the source in every mode. The last line is ``ratio exactly_once/plain: <x>``: median
-wall time of exactly-once / that of the fastest plain (at-least-once) mode that ran.
+wall time of exactly-once / that of the fastest plain (at-least-once) mode that ran
+(``ratio format/plain`` before it, for the format). The format at N partitions holds N
+prepared transactions per batch: PostgreSQL needs ``max_prepared_transactions`` >= N
+(a server the bench starts has 512, or ``SPARKEOS_PG_MAX_PREPARED``).
 
     ./run bench jdbc_sink --rows-per-batch 100000 --batches 3
 """
@@ -41,7 +49,7 @@ import pyarrow.parquet as pq
 from _split import adapter_split  # bench/ is the script's directory
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = ("exactly_once", "upsert", "copy", "copy_csv", "plain", "spark_jdbc")
+MODES = ("exactly_once", "format", "upsert", "copy", "copy_csv", "plain", "spark_jdbc")
 PLAIN_MODES = ("copy", "copy_csv", "plain", "spark_jdbc")
 SINK_METRICS: dict[str, list[Any]] = {}
 ADD_BATCH: dict[str, list[list[float]]] = {}
@@ -53,8 +61,12 @@ def pg_dsn() -> str:
     dsn = os.environ.get("SPARKEOS_POSTGRES_DSN")
     if dsn:
         return dsn
+    # Room for the format's prepared transactions at 200 partitions (a server already
+    # running keeps its own setting; the sink's preflight says if it is too small).
+    env = {**os.environ, "SPARKEOS_PG_MAX_PREPARED":
+           os.environ.get("SPARKEOS_PG_MAX_PREPARED", "512")}
     out = subprocess.run(["bash", str(REPO / "docker/services/postgres.sh"), "start"],
-                         check=True, capture_output=True, text=True).stdout
+                         check=True, capture_output=True, text=True, env=env).stdout
     return next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("dsn="))
 
 
@@ -131,6 +143,20 @@ def spark_jdbc_writer(dsn: str, table: str) -> Callable[[Any, int], None]:
     return write
 
 
+def dsn_uri(dsn: str) -> str:
+    """``dsn`` as the ``postgresql://`` URI the format's ``url`` option takes."""
+    from urllib.parse import quote
+
+    from psycopg2.extensions import parse_dsn
+
+    parts = parse_dsn(dsn)
+    auth = quote(parts.get("user", "postgres"), safe="")
+    if "password" in parts:
+        auth += ":" + quote(parts["password"], safe="")
+    return (f"postgresql://{auth}@{parts.get('host', '127.0.0.1')}:"
+            f"{parts.get('port', '5432')}/{parts.get('dbname', 'postgres')}")
+
+
 def reset_table(dsn: str, table: str, with_key: bool) -> None:
     import psycopg2
 
@@ -165,6 +191,8 @@ def run_mode(spark: Any, mode: str, dsn: str, input_dir: str, work: str, run: in
                            name=f"bench-{mode}")
     elif mode == "copy":
         fn = at_least_once(PostgresSink(dsn=dsn, table=table), name=f"bench-{mode}")
+    elif mode == "format":
+        fn = None
     elif mode == "copy_csv":
         fn = copy_csv_writer(dsn, table)
     elif mode == "plain":
@@ -176,8 +204,13 @@ def run_mode(spark: Any, mode: str, dsn: str, input_dir: str, work: str, run: in
     if partitions:
         df = df.repartition(partitions)
     started = time.perf_counter()
-    query = (df.writeStream.foreachBatch(fn)
-             .option("checkpointLocation", os.path.join(work, f"ckpt-{mode}-{run}"))
+    if fn is None:
+        writer = (df.writeStream.format("sparkeos-postgres").option("url", dsn_uri(dsn))
+                  .option("dbtable", table).option("sparkeos.markerTable", "bench_markers")
+                  .option("sparkeos.name", f"bench-{mode}"))
+    else:
+        writer = df.writeStream.foreachBatch(fn)
+    query = (writer.option("checkpointLocation", os.path.join(work, f"ckpt-{mode}-{run}"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
     seconds = time.perf_counter() - started
@@ -255,6 +288,8 @@ def main() -> int:
     if "exactly_once" in medians and plain:
         fastest = min(plain, key=lambda m: medians[m])
         print(f"fastest plain write: {fastest}")
+        if "format" in medians:
+            print(f"ratio format/plain: {medians['format'] / medians[fastest]:.2f}")
         print(f"ratio exactly_once/plain: {medians['exactly_once'] / medians[fastest]:.2f}")
     spark.stop()
     return 0

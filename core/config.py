@@ -78,12 +78,13 @@ class CoordinatorConfig:
     ``overlap_commits``: return to Spark once a batch is decided and run its phase 2
     (the commits) in the background, beside the next batch's phase 1 (on the pool's
     other slot). Throughput rises by up to the time of phase 2; the records of a batch
-    become visible after Spark saw the batch end (``BatchMetrics.visible_ms``), so
-    ``processAllAvailable()`` no longer means "committed": call the adapter's
-    ``flush()``. The end of the query, of Spark's context and of the driver wait for
-    the last commit and raise its failure (``core.streaming.ending``), and so does
-    ``processAllAvailable()``. A failure of a background phase 2 stops the query at the
-    next batch; the batch stays decided and the next recovery commits it. Default
+    become visible after Spark saw the batch end (``BatchMetrics.visible_ms``), before
+    the next batch with data returns to Spark. ``processAllAvailable()``, the end of
+    the query, of Spark's context and of the driver wait for the last commit and raise
+    its failure (``core.streaming.ending``), as the adapter's ``flush()`` does; the
+    metrics callback runs on the commit thread. A failure of a background phase 2
+    stops the query at the next batch, whoever else saw it first; the batch stays
+    decided and the next recovery commits it. Default
     ``None``: on where those ends are held, a foreachBatch query in a classic session
     under exactly-once (``core.streaming.ending.overlaps``); off under Spark Connect, at
     least once, in the format route and for a ``Coordinator`` used directly (none of

@@ -180,8 +180,9 @@ class Coordinator:
 
     def flush(self) -> None:
         """Wait until the batch committing in the background (``overlap_commits``) is
-        committed; raise its failure."""
-        self.in_flight.wait()
+        committed; raise its failure (once; the query's next batch raises it again:
+        ``core.snapshot.overlap``)."""
+        self.in_flight.wait(for_the_query=False)
 
     def _await_earlier(self, batch_id: int, metrics: BatchMetrics) -> None:
         """Before a batch: raise the failure of a background phase 2 that ended, and

@@ -9,12 +9,14 @@ on the pool's other slot. At most one batch is in flight:
   batch order, and N+1's commits never race N's);
 * a batch whose slot an in-flight batch holds (N+2, with nothing in between that
   waited) waits for it before anything else;
-* a failure of the background phase 2 is kept and raised by the next batch (or by
-  ``flush``): the query stops with it. The batch stays decided, so nothing is lost:
-  the next recovery commits it.
-* the end of the query, of Spark's context or of the interpreter waits for the batch in
-  flight, from another thread than the query's (``core.streaming.ending``): two waits of one batch
-  are safe, and the failure is raised once, to whichever asks first.
+* a failure of the background phase 2 is kept and raised by the next batch: the query
+  stops with it, whoever else saw it first. The batch stays decided, so nothing is
+  lost: the next recovery commits it.
+* the end of the query, of Spark's context or of the interpreter (and
+  ``processAllAvailable``) waits for the batch in flight, from another thread than the
+  query's (``core.streaming.ending``): two waits of one batch are safe. Such a wait
+  raises the failure once, to whichever of them asks first, and leaves it for the
+  query's next batch, which must not commit past it.
 
 How the background runs is pluggable (``Starter``): a thread in production, an actor
 of the model check's scheduler there.
@@ -34,6 +36,10 @@ class Running(Protocol):
 
     def wait(self) -> None: ...
 
+    def is_current(self) -> bool:
+        """Whether the caller runs inside this work."""
+        ...
+
 
 Starter = Callable[[str, Callable[[], None]], Running]
 """Start ``work`` (named ``name``) beside the caller; return a handle to await it."""
@@ -48,6 +54,9 @@ class _Thread:
 
     def wait(self) -> None:
         self.thread.join()
+
+    def is_current(self) -> bool:
+        return self.thread is threading.current_thread()
 
 
 def start_thread(name: str, work: Callable[[], None]) -> Running:
@@ -68,6 +77,9 @@ class CommitsInFlight:
         """The in-flight batch's participants per member: their transactions stay open
         until its phase 2 ends (a sink counts them with the next batch's)."""
         self._error: BaseException | None = None
+        """The failure for the query's next batch: only that batch clears it."""
+        self._unreported: BaseException | None = None
+        """The same failure, until a wait from outside the query raised it."""
         self._lock = threading.Lock()
         """Held to forget the batch that ended, never while waiting."""
 
@@ -87,28 +99,39 @@ class CommitsInFlight:
             try:
                 work()
             except BaseException as exc:  # kept for the next batch: never lost
-                self._error = exc
+                with self._lock:
+                    self._error = self._unreported = exc
 
         self.batch_id = batch_id
         self._running = self._start(name, guarded)
 
-    def wait(self) -> None:
-        """Wait for the batch in flight; raise its failure (once)."""
+    def wait(self, *, for_the_query: bool = True) -> None:
+        """Wait for the batch in flight; raise its failure. ``for_the_query``: the
+        query's own batch path asks, and the failure is then cleared; a wait from
+        outside (``for_the_query=False``: an end of the query, ``flush``) raises it
+        once and leaves it for the query's next batch."""
         running = self._running
         if running is not None:
+            if running.is_current():
+                # The commit thread itself (a metrics callback that flushes): it cannot
+                # wait for its own end, and its batch is committed by then.
+                return
             running.wait()
             self._forget(running)
-        self.raise_failure()
+        self.raise_failure(for_the_query=for_the_query)
 
-    def raise_failure(self) -> None:
-        """Raise the failure of a phase 2 that already ended, if any (once)."""
+    def raise_failure(self, *, for_the_query: bool = True) -> None:
+        """Raise the failure of a phase 2 that already ended, if any (see ``wait``)."""
         running = self._running
         if running is not None:
             if not running.done():
                 return
             self._forget(running)
         with self._lock:
-            error, self._error = self._error, None
+            if for_the_query:
+                error, self._error, self._unreported = self._error, None, None
+            else:
+                error, self._unreported = self._unreported, None
         if error is not None:
             raise error
 

@@ -79,6 +79,8 @@ class ForeachBatchAdapter:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        if ending.holds(self.config):
+            ending.watch_ends()  # as __init__ does: before a query of this copy can end
         self._lock = threading.Lock()
         self._run = None
         self._finishing = {}
@@ -147,8 +149,10 @@ class ForeachBatchAdapter:
     def _await_finishing(self, query_id: str | None) -> BaseException | None:
         """Wait for the start of ``query_id`` (None: of every query) to be finished;
         its failure, if any."""
+        # Not forgotten here: a query still running (processAllAvailable) has its first
+        # batch wait for the same thread; query_started drops the ones that succeeded.
         with self._finishing_lock:
-            finishing = [self._finishing.pop(q) for q in list(self._finishing)
+            finishing = [f for q, f in self._finishing.items()
                          if query_id is None or q == query_id]
         failures = [f for f in (one.wait() for one in finishing) if f is not None]
         for later in failures[1:]:

@@ -48,6 +48,7 @@ import logging
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -287,9 +288,11 @@ def _at_exit() -> None:
 
 
 _LOCK = threading.Lock()
-_ADAPTERS: set[Committing] = set()
-"""Every adapter with ``overlap_commits`` of this process, held (py4j's callback pool
-may be the only other holder of one whose commit still runs)."""
+_ADAPTERS: weakref.WeakSet[Committing] = weakref.WeakSet()
+"""Every adapter of this process that overlapped a batch or finished a query's start.
+Weakly: an adapter with a commit running is kept alive by its commit thread (the
+metrics callback is the adapter's), one whose query is active by that query's batch
+function (py4j holds it); one that nothing holds has nothing left to wait for."""
 _DEFERRING = threading.local()
 """In ``SparkSession.stop``: the failures of the context's stop, raised after it."""
 atexit.register(_at_exit)

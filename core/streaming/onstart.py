@@ -54,11 +54,19 @@ def finish_decided(session: Any, sink: AnySink, config: CoordinatorConfig,
     """Commit the decided, unfinished batches of sink ``config.name`` of the query
     ``query_id``; the batches committed. A log that is not this sink's (another query,
     another destination under the same name) is left to its own."""
-    location = config.checkpoint_location or query_checkpoint_in(session, query_id)
-    if location is None or is_temporary_checkpoint(location):
+    try:
+        location = config.checkpoint_location or query_checkpoint_in(session, query_id)
+        if location is None or is_temporary_checkpoint(location):
+            return []
+        log = CommitLog(open_store(sink_log_location(location, config.name), session))
+        meta = log.read_meta()
+    except Exception as exc:
+        # Every query of the session starts this, most of them not this sink's (other
+        # stores, other formats): a log it cannot read is not known to be its own. If
+        # it is, the query's first batch recovers it, as without this hook.
+        log_event("onstart.not_checked", logging.INFO, sink=config.name, query=query_id,
+                  cause=describe_cause(exc))
         return []
-    log = CommitLog(open_store(sink_log_location(location, config.name), session))
-    meta = log.read_meta()
     if not meta or meta.get("query_id") != query_id:
         return []
     bound = for_checkpoint(sink, location, config.name)
@@ -82,6 +90,7 @@ class Finishing:
     def __init__(self, session: Any, sink: AnySink, config: CoordinatorConfig,
                  query_id: str) -> None:
         self.error: BaseException | None = None
+        self.reported = False
         # A new thread has no active session to read the stores' settings from
         # (``fs.s3a.endpoint``...): they go with it (``core.storage.stores.settings``).
         locations = store_settings.captured_from(session)
@@ -93,7 +102,10 @@ class Finishing:
     def _run(self, session: Any, sink: AnySink, config: CoordinatorConfig,
              query_id: str, locations: dict[str, str]) -> None:
         try:
-            with store_settings.using(locations):
+            # One at a time per query and sink name in this process: adapters made for
+            # the same query (a job that makes one per run) would commit one decided
+            # batch side by side and fence each other; the later one finds it done.
+            with _turn(query_id, config.name), store_settings.using(locations):
                 finish_decided(session, sink, config, query_id)
         except BaseException as exc:
             self.error = exc
@@ -107,8 +119,12 @@ class Finishing:
         return not self.thread.is_alive() and self.error is None
 
     def wait(self) -> BaseException | None:
+        """Wait for the thread; its failure, to the first caller only (the next batch
+        meets it again in its recovery)."""
         self.thread.join()
-        return self.error
+        with _LOCK:
+            error, self.reported = (None if self.reported else self.error), True
+        return error
 
 
 def watch(adapter: StartWatcher) -> bool:
@@ -165,6 +181,14 @@ def _start_listener(session: Any) -> Any:
     return StartListener()
 
 
+def _turn(query_id: str, name: str) -> threading.Lock:
+    with _LOCK:
+        return _TURNS.setdefault((query_id, name), threading.Lock())
+
+
 _LOCK = threading.Lock()
+_TURNS: dict[tuple[str, str], threading.Lock] = {}
+"""Per query and sink name: whose turn it is to finish a start (a lock per query run of
+the process: a few bytes each)."""
 _LISTENERS: dict[int, tuple[Any, Any]] = {}
 """One listener per session (kept with the session: an id is not reused while it is)."""

@@ -86,7 +86,11 @@ def run_query(spark: Any, bootstrap: str, work: str, index: int, query: dict[str
     else:
         started = writer.trigger(processingTime="100 milliseconds").start()
         if end == "processed":
-            started.processAllAvailable()  # sparkeos' wrap waits for the commit
+            try:
+                started.processAllAvailable()  # sparkeos' wrap waits for the commit
+            except Exception:
+                started.stop()
+                raise
         else:
             # Spark's own wait, which returns with the last batch still committing:
             # the end call is then what has to wait for it.
@@ -106,7 +110,7 @@ def run_query(spark: Any, bootstrap: str, work: str, index: int, query: dict[str
     except Exception as exc:  # what the end call raised is the report's
         raised = {"type": type(exc).__name__, "message": str(exc)}
     return {"index": index, "end": end, "raised": raised,
-            "statuses": statuses or log_statuses(checkpoint)}
+            "statuses": statuses if statuses is not None else log_statuses(checkpoint)}
 
 
 def main(argv: list[str]) -> int:

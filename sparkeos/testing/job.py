@@ -417,7 +417,7 @@ def run_spec(spec: JobSpec, spark: Any, timeout: float | None = None) -> int:
     settings = dict(spec.settings)
     # The kill matrix reads what is visible right after a kill, so a job overlaps its
     # commits only where a case asks for it (its own cases kill inside the overlap);
-    # the default (on, in a classic session) is the demo's and the examples'.
+    # the default (on, in a classic session) is the examples' (their own scripts).
     settings.setdefault("overlap_commits", False)
     if spec.connect and not spec.session_checkpoint:
         settings.setdefault("checkpoint_location", spec.checkpoint)

@@ -442,6 +442,9 @@ class _ActorRunning:
     def wait(self) -> None:
         self.sched.point(f"await {self.actor.name}", self.done)
 
+    def is_current(self) -> bool:
+        return self.sched.current is self.actor
+
 
 _BIGINT = pa.int64()  # made once: pa.int64() costs more than the comparison
 

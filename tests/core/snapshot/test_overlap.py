@@ -53,6 +53,9 @@ class _HeldRun:
             self.ran = True
             self.work()
 
+    def is_current(self) -> bool:
+        return False
+
 
 def overlapping(system: MemorySystem, log: CommitLog, background: Starter = start_thread,
                 faults: FaultPlan | None = None,
@@ -129,6 +132,39 @@ def test_a_failed_background_commit_stops_the_next_batch_and_is_not_lost():
     assert sorted(system.visible) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
 
 
+def test_a_failure_an_outside_wait_raised_still_stops_the_query():
+    """``processAllAvailable()`` (or another thread's ``flush()``) meets batch 0's failed
+    background commit first: it raises the failure, once, and the query's next batch
+    raises it too instead of committing past batch 0 (records stay in batch order)."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = overlapping(system, log, Held(), sink=FailingOnce(system))
+    coord.run_batch(0, ListRunner(BATCHES[0]))
+    with pytest.raises(RetriableError):
+        coord.flush()
+    coord.flush()  # raised once to waiters outside the query
+    with pytest.raises(RetriableError) as raised:
+        coord.run_batch(1, ListRunner(BATCHES[1]))
+    assert raised.value.batch_id == 0
+    assert not set(system.visible) & {4, 5, 6} and 1 not in log.batches()
+
+
+def test_a_metrics_callback_may_flush_from_the_commit_thread():
+    """With overlap the metrics callback runs on the commit thread: a ``flush()`` there
+    (``processAllAvailable()`` from a callback) returns, its batch committed."""
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    coord = overlapping(system, log)
+    seen: list[int] = []
+
+    def on_complete(metrics: BatchMetrics) -> None:
+        coord.flush()
+        seen.append(metrics.batch_id)
+
+    for batch_id in (0, 1):
+        coord.run_batch(batch_id, ListRunner(BATCHES[batch_id]), on_complete=on_complete)
+    coord.flush()
+    assert seen == [0, 1] and sorted(system.visible) == [1, 2, 3, 4, 5, 6]
+
+
 def test_flush_raises_the_failure_of_the_last_batch():
     system, log = MemorySystem(), CommitLog(MemoryStore())
     coord = overlapping(system, log, sink=FailingOnce(system))
@@ -175,6 +211,9 @@ class _Gate:
         if threading.current_thread() is not self.owner:
             self.open.wait()
         self.waited = True
+
+    def is_current(self) -> bool:
+        return False
 
 
 def test_a_wait_from_another_thread_never_forgets_the_next_batch():
