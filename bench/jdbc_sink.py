@@ -46,7 +46,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _split import adapter_split  # bench/ is the script's directory
+from _services import service  # bench/ is the script's directory
+from _split import adapter_split
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("exactly_once", "format", "upsert", "copy", "copy_csv", "plain", "spark_jdbc")
@@ -58,16 +59,11 @@ SCHEMA_DDL = "id long, payload string, value double"
 
 
 def pg_dsn() -> str:
-    dsn = os.environ.get("SPARKEOS_POSTGRES_DSN")
-    if dsn:
-        return dsn
     # Room for the format's prepared transactions at 200 partitions (a server already
     # running keeps its own setting; the sink's preflight says if it is too small).
     env = {**os.environ, "SPARKEOS_PG_MAX_PREPARED":
            os.environ.get("SPARKEOS_PG_MAX_PREPARED", "512")}
-    out = subprocess.run(["bash", str(REPO / "docker/services/postgres.sh"), "start"],
-                         check=True, capture_output=True, text=True, env=env).stdout
-    return next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("dsn="))
+    return service("postgres.sh", "SPARKEOS_POSTGRES_DSN", "dsn", env)
 
 
 def jdbc_jar() -> str:

@@ -25,27 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from typing import Any
 
+from _services import service  # bench/ is the script's directory
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def service(script: str, var: str, key: str) -> str:
-    if os.environ.get(var):
-        return os.environ[var]
-    out = subprocess.run(["bash", os.path.join(ROOT, "docker", "services", script), "start"],
-                         check=True, capture_output=True, text=True).stdout
-    match = re.search(rf"{key}=(\S+)", out)
-    if not match:
-        raise SystemExit(f"{script} printed no {key}=")
-    return match.group(1)
 
 
 def sink_spec(kind: str, work: str, run: str) -> tuple[dict[str, Any], Any]:
