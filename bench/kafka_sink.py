@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,9 +53,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from _floor import noop_source  # bench/ is the script's directory
+from _services import service
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "docker", "services", "kafka.sh")
 MODES = ("staged", "overlap", "direct", "plain", "spark", "format", "python_floor")
 COMMITTERS: list[int] = []
 """``--commit-parallelism``: the format's ``sparkeos.commitParallelism`` (empty: the
@@ -94,17 +92,6 @@ def generate_input(directory: str, records: int, batches: int, partitions: int,
         os.utime(path, (now + f, now + f))
         written += rows
     return total
-
-
-# -- broker ------------------------------------------------------------------------------------
-def local_broker() -> tuple[str, bool]:
-    """(bootstrap, started_here)."""
-    running = subprocess.run(["bash", SCRIPT, "status"], capture_output=True).returncode == 0
-    out = subprocess.run(["bash", SCRIPT, "start"], capture_output=True, text=True, check=True)
-    match = re.search(r"bootstrap=(\S+)", out.stdout)
-    if not match:
-        raise SystemExit(f"could not start the local broker:\n{out.stderr}")
-    return match.group(1), not running
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -250,10 +237,8 @@ def main(argv: list[str]) -> int:
         parser.error(f"--modes: choose from {MODES} (a ratio is printed where both its "
                      "modes ran)")
 
-    started_broker = False
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        bootstrap, started_broker = local_broker()
+    # The local broker, stopped at exit if this run started it.
+    bootstrap = args.bootstrap or service("kafka.sh", "SPARKEOS_KAFKA_BOOTSTRAP", "bootstrap")
     producer_config: dict[str, Any] = {}
     if args.linger_ms is not None:
         producer_config["linger.ms"] = args.linger_ms
@@ -331,8 +316,6 @@ def main(argv: list[str]) -> int:
         return 1 if bad else 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-        if started_broker:
-            subprocess.run(["bash", SCRIPT, "stop"], capture_output=True)
 
 
 if __name__ == "__main__":

@@ -83,9 +83,7 @@ def overlaps(config: CoordinatorConfig, connect: bool) -> bool:
     (``overlap_commits``): as set, and by default (None) where this module holds the
     end of the query, a classic session under exactly-once. Under Spark Connect it is
     off whatever was set (no hook reaches the server's process)."""
-    if connect or config.guarantee is not Guarantee.EXACTLY_ONCE:
-        return False
-    return config.overlap_commits is not False
+    return not connect and holds(config)
 
 
 def holds(config: CoordinatorConfig) -> bool:
