@@ -90,7 +90,13 @@ class TestFileSinkParquet(ConnectorConformance):
         table = read_output(self.output(workdir), self.format)
         return table.column("id").to_pylist() if table.num_rows else []
 
-    soak_batches_default = 1000
+    soak_batches_default = 500
+
+    def soak_settings(self) -> dict[str, Any]:
+        # The soak proves what stays bounded, not durability (no machine crashes in
+        # it): without fsync its time does not depend on what else writes to the disk
+        # (21 s to 110 s for the same case in CI runs).
+        return {"fsync": False}
 
 
 class TestFileSinkPartitioned(InProcessConformance, TestFileSinkParquet):
