@@ -18,6 +18,8 @@
         ``QueryRunningError``   the query holds the commit log's lease.
     ``BadMessageError``         a source message cannot be decoded; it was not
                                 acknowledged, so the broker keeps it (nothing lost).
+    ``ReplayMismatchError``     real-time mode: a replay's rows differ from the rows
+                                committed at the same positions; exactly-once stops.
     ``DataLossError``           a decided transaction can no longer be committed.
                                 Never swallowed: the query stops.
 
@@ -146,6 +148,12 @@ class ReplayUndecidableError(SparkEOSError):
     """The replay rule cannot tell whether a decided participant's rows are the ones on
     record as committed (a receipt or marker without a fingerprint): under exactly-once
     the commit is refused rather than risk a duplicate or a loss (``core.snapshot.replay``)."""
+
+
+class ReplayMismatchError(SparkEOSError):
+    """A replay's rows differ from the rows committed at the same positions (real-time
+    mode, ``core.snapshot.positions``): the pipeline does not give its writer partition
+    the same rows in the same order again. Under exactly-once nothing more is written."""
 
 
 _EXCEPTION_NAME = re.compile(r"[A-Za-z_][\w.]*")

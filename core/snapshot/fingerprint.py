@@ -102,8 +102,7 @@ class Fingerprint:
             self._names = list(batch.schema.names)
         for start in range(0, batch.num_rows, CHUNK_ROWS):
             # A slice at a time: numpy's passes then run over arrays the caches hold.
-            chunk = batch.slice(start, CHUNK_ROWS)
-            rows = _combine([_values(column) for column in chunk.columns], chunk.num_rows)
+            rows = row_hashes(batch.slice(start, CHUNK_ROWS))
             with np.errstate(over="ignore"):
                 self._sums[0] = _U64(self._sums[0] + rows.sum(dtype=_U64))
                 self._sums[1] = _U64(self._sums[1] + _mix(rows, 1).sum(dtype=_U64))
@@ -118,6 +117,20 @@ class Fingerprint:
         total.update(repr((ALGORITHM, self.rows, self._names if self.rows else [],
                            int(self._sums[0]), int(self._sums[1]))).encode())
         return total.hexdigest()[:FINGERPRINT_HEX]
+
+
+def row_hashes(batch: pa.RecordBatch) -> np.ndarray:
+    """One 64-bit hash per row of ``batch`` (``uint64``), as the fingerprint sums them:
+    the content of a row, whatever batch it came in."""
+    return _combine([_values(column) for column in batch.columns], batch.num_rows)
+
+
+def salted_sum(hashes: np.ndarray, salts: np.ndarray, lane: int) -> int:
+    """The sum modulo 2**64 of ``hashes``, each mixed with its salt (a position) in one
+    of two independent lanes: a hash of the sequence, additive over its parts."""
+    with np.errstate(over="ignore"):
+        mixed = _mix(_salted(hashes, salts), lane)
+        return int(mixed.sum(dtype=_U64))
 
 
 def fingerprint_of(*batches: pa.RecordBatch | pa.Table) -> Written:

@@ -26,6 +26,10 @@ of rows), and hands the rule what it finds on record for its participant
   (``ReplayUndecidableError``) rather than risk a duplicate or a loss.
 
 The driver side (``note_replays``) reads what the tasks' receipts say.
+
+Real-time mode has its own rule, ``core.snapshot.positions``: there a replayed epoch
+ends wherever its time runs out, not where the attempt that committed ended, so a row
+is known by its position in its partition rather than a participant by its batch.
 """
 
 from __future__ import annotations
