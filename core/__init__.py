@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         exactly_once,
         with_guarantee,
     )
+    from sparkeos.core.streaming.realtime import at_least_once_writer, exactly_once_writer
 
     from .config import CoordinatorConfig, Guarantee
     from .errors import (
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         ConfigurationError,
         DataLossError,
         DataRejectedError,
+        ReplayMismatchError,
         RetriableError,
         SchemaMismatchError,
         SparkEOSError,
@@ -40,7 +42,14 @@ if TYPE_CHECKING:
         TransactionIdCollisionError,
     )
     from .observe import BatchMetrics, enable_json_logging
-    from .protocol import CommitLocation, Receipt, Transaction, TransactionalSink, TxnState
+    from .protocol import (
+        CommitLocation,
+        EpochParticipant,
+        Receipt,
+        Transaction,
+        TransactionalSink,
+        TxnState,
+    )
 
 __getattr__ = lazy_exports(__name__, {
     "AttemptFencedError": ".errors",
@@ -67,8 +76,12 @@ __getattr__ = lazy_exports(__name__, {
     "TransactionalSink": ".protocol",
     "TxnState": ".protocol",
     "at_least_once": ".streaming.adapter",
+    "at_least_once_writer": ".streaming.realtime",
     "enable_json_logging": ".observe",
+    "EpochParticipant": ".protocol",
     "exactly_once": ".streaming.adapter",
+    "exactly_once_writer": ".streaming.realtime",
+    "ReplayMismatchError": ".errors",
     "with_guarantee": ".streaming.adapter",
 })
 
@@ -84,9 +97,11 @@ __all__ = [
     "CoordinatorConfig",
     "DataLossError",
     "DataRejectedError",
+    "EpochParticipant",
     "ForeachBatchAdapter",
     "Guarantee",
     "Receipt",
+    "ReplayMismatchError",
     "RetriableError",
     "SchemaMismatchError",
     "SparkEOSError",
@@ -97,7 +112,9 @@ __all__ = [
     "TransactionalSink",
     "TxnState",
     "at_least_once",
+    "at_least_once_writer",
     "enable_json_logging",
     "exactly_once",
+    "exactly_once_writer",
     "with_guarantee",
 ]

@@ -83,6 +83,7 @@ from .config import Guarantee
 __all__ = [
     "AttemptRange",
     "CommitLocation",
+    "EpochParticipant",
     "JsonDict",
     "Receipt",
     "Transaction",
@@ -285,6 +286,18 @@ class TransactionalSink(ABC, Generic[H]):
     def close(self) -> None:
         """Release driver-side resources (connections used for commits)."""
 
+    def epoch_participant(self) -> EpochParticipant[Any]:
+        """This sink in Spark's real-time mode (``exactly_once_writer``): one
+        transaction per (partition, epoch), committed in the task with the partition's
+        mark. Default: none; the writer refuses the sink with the fix."""
+        from sparkeos.core.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"{type(self).__name__} cannot write in real-time mode (it has no "
+            "epoch_participant)",
+            fix="use a sink that can (KafkaSink, PostgresSink), or a micro-batch trigger "
+            "with foreachBatch(exactly_once(...))")
+
     # -- identity and description ------------------------------------------------------------
     def identity(self) -> JsonDict:
         """The destination this sink writes to; it must not change under a sink name."""
@@ -321,3 +334,47 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     return value
+
+
+E = TypeVar("E")
+
+
+class EpochParticipant(ABC, Generic[E]):
+    """A sink in Spark's real-time mode (``trigger(realTime=...)`` with
+    ``exactly_once_writer``): each (partition, epoch) is one transaction of the
+    destination, begun in the ForeachWriter's ``open``, fed as rows arrive, and
+    committed in its ``close`` together with the partition's MARK, a small JSON object
+    the writer makes (``core.snapshot.positions``). No driver decides: the mark tells
+    every later attempt which of its rows were committed. The order, in one task::
+
+        h = open_epoch(txn)              fences every older attempt of txn's participant
+        mark = epoch_mark(h)             the partition's last committed mark, or None
+        write_epoch(h, rows)...          only rows the mark does not cover
+        commit_epoch(h, mark) | abort_epoch(h)
+
+    Rules: ``open_epoch`` must fence older attempts of the same participant (an open
+    transaction of theirs is rolled back, a later commit of theirs fails);
+    ``epoch_mark`` reads only committed state; ``commit_epoch`` makes the rows and the
+    mark visible at once, or neither.
+    """
+
+    def epoch_rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The rows as the destination receives them, in types that do not depend on
+        how the batch was cut (a row is known by this form's content). Default: the
+        batch itself."""
+        return batch
+
+    @abstractmethod
+    def open_epoch(self, txn: Transaction) -> E: ...
+
+    @abstractmethod
+    def epoch_mark(self, handle: E) -> JsonDict | None: ...
+
+    @abstractmethod
+    def write_epoch(self, handle: E, rows: pa.RecordBatch) -> None: ...
+
+    @abstractmethod
+    def commit_epoch(self, handle: E, mark: JsonDict) -> None: ...
+
+    @abstractmethod
+    def abort_epoch(self, handle: E) -> None: ...

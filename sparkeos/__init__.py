@@ -31,7 +31,9 @@ if TYPE_CHECKING:
         TransactionAbortedError,
         TransactionalSink,
         at_least_once,
+        at_least_once_writer,
         exactly_once,
+        exactly_once_writer,
         with_guarantee,
     )
 
@@ -58,7 +60,9 @@ __all__ = [
     "TransactionalSink",
     "__version__",
     "at_least_once",
+    "at_least_once_writer",
     "exactly_once",
+    "exactly_once_writer",
     "register",
     "with_guarantee",
 ]

@@ -94,6 +94,20 @@ def committed_marker(config: KafkaConfig, txn: Transaction, phase: str,
     after the last commit, when a query stayed down that long). Within a run a
     commit follows its decision at once, so absent means "not committed"; a
     recovery asks the progress records, which never expire, instead."""
+    record = committed_record(config, txn, phase, recovering, timeout_s)
+    if record is None:
+        return NO_MARKER
+    return Marker(int(record["batch"]), Written.from_json(record),
+                  str(record["txn"]) if record.get("txn") else None)
+
+
+def committed_record(config: KafkaConfig, txn: Transaction, phase: str,
+                     recovering: bool = False, timeout_s: float | None = None
+                     ) -> dict[str, Any] | None:
+    """What the participant's last commit recorded (``batch``, and what
+    ``commit_with_markers`` put beside it), from its marker offset; None when it has
+    none. ``recovering``: from the progress records when the offset is absent (expired
+    while the query was down)."""
     from confluent_kafka import TopicPartition
 
     group = marker_group(config, txn)
@@ -110,19 +124,17 @@ def committed_marker(config: KafkaConfig, txn: Transaction, phase: str,
         raise failed(config, RuntimeError(str(part.error)), txn, phase, "marker read")
     offset = int(part.offset)
     if offset >= 0:
-        return Marker(offset - 1, *_recorded(part.metadata))
-    return progress_marker(config, txn, phase) if recovering else NO_MARKER
+        return {**_metadata(part.metadata), "batch": offset - 1}
+    return _last_progress(config, txn, phase) if recovering else None
 
 
-def _recorded(metadata: Any) -> tuple[Written | None, str | None]:
-    """What a marker's metadata records: what was written, and by which attempt."""
+def _metadata(metadata: Any) -> dict[str, Any]:
+    """A marker's metadata as recorded (empty when it is not a JSON object)."""
     try:
         value = json.loads(metadata) if metadata else None
     except (TypeError, ValueError):
-        return None, None
-    if not isinstance(value, dict):
-        return None, None
-    return Written.from_json(value), (str(value["txn"]) if value.get("txn") else None)
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def progress_batch(config: KafkaConfig, txn: Transaction, phase: str) -> int:
@@ -133,20 +145,30 @@ def progress_batch(config: KafkaConfig, txn: Transaction, phase: str) -> int:
 def progress_marker(config: KafkaConfig, txn: Transaction, phase: str) -> Marker:
     """The participant's last committed progress record, as a marker: a read of the
     compacted marker topic with ``read_committed``."""
+    record = _last_progress(config, txn, phase)
+    if record is None:
+        return NO_MARKER
+    return Marker(int(record["batch"]), Written.from_json(record),
+                  str(record["txn"]) if record.get("txn") else None)
+
+
+def _last_progress(config: KafkaConfig, txn: Transaction, phase: str
+                   ) -> dict[str, Any] | None:
     key = marker_group(config, txn).encode()
     try:
         records = _progress_records(config)
     except BaseException as exc:
         raise failed(config, exc, txn, phase, "progress read") from None
-    last = NO_MARKER
+    last: dict[str, Any] | None = None
     for record in records:
         if record.key() != key:
             continue
         value = json.loads(record.value())
         batch = int(value["batch"])
-        written = Written.from_json(value)
-        if batch > last.batch or (batch == last.batch and written is not None):
-            last = Marker(batch, written, str(value["txn"]) if value.get("txn") else None)
+        known = Written.from_json(value) is not None
+        if (last is None or batch > int(last["batch"])
+                or (batch == int(last["batch"]) and known)):
+            last = value
     return last
 
 
@@ -171,11 +193,13 @@ def commit_with_marker(config: KafkaConfig, producer: Any, txn: Transaction,
 
 
 def commit_with_markers(config: KafkaConfig, producer: Any,
-                        participants: Sequence[tuple[Transaction, Written | None]]) -> None:
+                        participants: Sequence[tuple[Transaction, Written | None]],
+                        extra: dict[str, Any] | None = None) -> None:
     """Add each participant's progress record and marker to the producer's open
     transaction (one consumer group per participant: a Kafka transaction takes the
     offsets of several groups), and commit it: the records, the markers and the
-    progress records become visible at once."""
+    progress records become visible at once. ``extra``: more fields for every
+    participant's record (real-time mode's mark)."""
     from confluent_kafka import TopicPartition
 
     client_config = config.client_config()
@@ -185,7 +209,8 @@ def commit_with_markers(config: KafkaConfig, producer: Any,
     offsets = []
     for txn, written in participants:
         group = marker_group(config, txn)
-        recorded = {**(written.as_json() if written else {}), "txn": txn.txn_id}
+        recorded = {**(written.as_json() if written else {}), **(extra or {}),
+                    "txn": txn.txn_id}
         value = {"batch": txn.batch_id, **recorded}
         producer.produce(config.marker_topic, json.dumps(value).encode(), group.encode(),
                          partition=0)

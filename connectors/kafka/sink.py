@@ -77,6 +77,7 @@ import pyarrow as pa
 from sparkeos.core.config import Guarantee
 from sparkeos.core.protocol import (
     CommitLocation,
+    EpochParticipant,
     Receipt,
     Transaction,
     TransactionalSink,
@@ -299,6 +300,12 @@ class KafkaSink(KafkaConfig, TransactionalSink[_Handle]):
 
     def close(self) -> None:
         clients.clear_caches()
+
+    def epoch_participant(self) -> EpochParticipant[Any]:
+        """Real-time mode: a Kafka transaction per (partition, epoch) (``realtime``)."""
+        from .realtime import KafkaEpochs
+
+        return KafkaEpochs(self)
 
     def _committed_batch(self, txn: Transaction, phase: str, recovering: bool = False) -> int:
         return markers.committed_batch(self, txn, phase, recovering)

@@ -122,6 +122,24 @@ def of_task(query_id: str | None) -> QueryIdentity:
     return QueryIdentity.unknown("the task runs outside a streaming query")
 
 
+_CHECKPOINT_IDS: dict[str, QueryIdentity] = {}
+"""The checkpoint identities a task process read already (real-time mode opens a
+transaction per partition and epoch: the metadata is read once per process)."""
+
+
+def of_real_time_task(task_query_id: str | None, checkpoint_location: str | None,
+                      sink: str) -> QueryIdentity:
+    """The real-time writer's route: the task's local property, checked against the
+    metadata of the checkpoint the writer was given (when it was given one)."""
+    task = of_task(task_query_id)
+    if not checkpoint_location:
+        return task
+    given = _CHECKPOINT_IDS.get(checkpoint_location)
+    if given is None or not given.durable:
+        given = _CHECKPOINT_IDS[checkpoint_location] = of_checkpoint(checkpoint_location)
+    return given.agrees_with(task, sink)
+
+
 def of_foreach_batch(running_query_id: str | None, checkpoint_location: str | None
                      ) -> QueryIdentity:
     """The foreachBatch route: the running query's ID (classic), else the metadata of
@@ -138,5 +156,5 @@ def of_foreach_batch(running_query_id: str | None, checkpoint_location: str | No
            "and was given no checkpoint_location"))
 
 
-__all__ = ["QueryIdentity", "of_checkpoint", "of_foreach_batch", "of_running_query",
-           "of_task"]
+__all__ = ["QueryIdentity", "of_checkpoint", "of_foreach_batch", "of_real_time_task",
+           "of_running_query", "of_task"]

@@ -1,0 +1,105 @@
+"""KafkaSink in Spark's real-time mode: one Kafka transaction per (partition, epoch).
+
+``open_epoch`` makes a producer with the participant's pooled ``transactional.id`` (the
+epoch's slot: every attempt of an epoch shares it) and runs ``init_transactions``,
+which fences every older attempt of the epoch and aborts what it left open; it reads the
+partition's marker and begins the transaction. ``write_epoch`` produces records as the
+epoch's rows arrive; ``commit_epoch`` adds the marker, whose metadata carries the
+partition's mark (``core.snapshot.positions``), and the progress record, and commits:
+the records and the mark become visible together. The marker is the one
+``markers`` keeps for every participant (offset ``epoch + 1``); where the broker expired
+it, the progress record (a compacted topic) still holds the mark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction
+
+from . import clients, markers, preflight, producers
+from .errors import PHASE1, failed, underlying
+
+if TYPE_CHECKING:
+    from .sink import KafkaSink
+
+MARK_KEY = "mark"
+"""The field of a marker's metadata (and progress record) that holds the mark."""
+
+
+@dataclass
+class EpochHandle:
+    txn: Transaction
+    producer: Any
+    mark: JsonDict | None
+    topics: set[str] = field(default_factory=set)
+
+
+class KafkaEpochs(EpochParticipant[EpochHandle]):
+    """The epoch participant of a ``KafkaSink`` (``KafkaSink.epoch_participant``)."""
+
+    def __init__(self, sink: KafkaSink) -> None:
+        self.sink = sink
+        self._checked = False
+
+    def epoch_rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The serialised records (key and value as bytes): what a row is, whatever
+        types the rows of one write were given (a column of nulls only has none)."""
+        columns = [column.cast(pa.binary()) if pa.types.is_null(column.type) else column
+                   for column in batch.columns]
+        batch = pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+        layout = self.sink.layout()
+        if not self._checked:
+            layout.check_schema(batch.schema)
+            self._checked = True
+        return layout.serialize(batch)
+
+    def open_epoch(self, txn: Transaction) -> EpochHandle:
+        sink = self.sink
+        producer = producers.init_producer(sink, txn, PHASE1)
+        try:
+            recorded = markers.committed_record(sink, txn, PHASE1, recovering=True)
+            producer.begin_transaction()
+        except BaseException as exc:
+            exc = underlying(producer, exc)
+            producers.abort_quietly(producer, sink.timeout_s)
+            clients.close_quietly(producer)
+            raise failed(sink, exc, txn, PHASE1, "begin transaction") from None
+        mark = recorded.get(MARK_KEY) if recorded else None
+        return EpochHandle(txn, producer, mark if isinstance(mark, dict) else None)
+
+    def epoch_mark(self, handle: EpochHandle) -> JsonDict | None:
+        return handle.mark
+
+    def write_epoch(self, handle: EpochHandle, rows: pa.RecordBatch) -> None:
+        topics = preflight.row_topics(rows) - handle.topics
+        if topics:
+            self.sink.require_topics(sorted(topics), handle.txn)
+            handle.topics |= topics
+        try:
+            producers.produce(self.sink, handle.producer, rows)
+        except BaseException as exc:
+            raise failed(self.sink, underlying(handle.producer, exc), handle.txn, PHASE1,
+                         "produce") from None
+
+    def commit_epoch(self, handle: EpochHandle, mark: JsonDict) -> None:
+        sink, producer = self.sink, handle.producer
+        try:
+            markers.commit_with_markers(sink, producer, [(handle.txn, None)],
+                                        {MARK_KEY: mark})
+        except BaseException as exc:
+            exc = underlying(producer, exc)
+            producers.abort_quietly(producer, sink.timeout_s)
+            raise failed(sink, exc, handle.txn, PHASE1, "commit transaction") from None
+        finally:
+            clients.close_quietly(producer)
+
+    def abort_epoch(self, handle: EpochHandle) -> None:
+        producers.abort_quietly(handle.producer, self.sink.timeout_s)
+        clients.close_quietly(handle.producer)
+
+
+__all__ = ["MARK_KEY", "EpochHandle", "KafkaEpochs"]

@@ -1,0 +1,192 @@
+"""Spark's real-time mode through a ForeachWriter: ``exactly_once_writer(sink, name=...)``.
+
+``df.writeStream.foreach(exactly_once_writer(KafkaSink(...), name="events"))
+.outputMode("update").trigger(realTime="5 seconds")``: Spark calls ``open(partition,
+epoch)``, ``process(row)`` for each row as it arrives, and ``close(error)``, in a task
+per partition and epoch. Each of those is one transaction of the sink's epoch
+participant (``core.protocol.EpochParticipant``), committed in ``close`` with the
+partition's mark; ``core.snapshot.positions`` decides which rows a replay writes. No
+driver takes part, so a row becomes visible when its epoch's task closes: the epoch is
+the latency a ``read_committed`` reader sees. The same writer works under micro-batch
+triggers, where an epoch is a batch.
+
+Rows reach the sink in Arrow batches of ``rows_per_write`` rows (the destination
+receives them while the epoch runs, and they stay invisible until its commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from sparkeos.core.config import Guarantee, validate_sink_name
+from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.observe import log_event
+from sparkeos.core.protocol import EpochParticipant, TransactionalSink
+from sparkeos.core.snapshot.positions import EpochPositions, Mark
+
+from . import identity
+
+ROWS_PER_WRITE = 1000
+_REAL_TIME_GUARANTEES = (Guarantee.EXACTLY_ONCE, Guarantee.AT_LEAST_ONCE)
+
+
+class EpochWriter:
+    """The object ``df.writeStream.foreach`` takes. Built on the driver (the sink's
+    participant is checked there); pickled to every task, where each ``open`` starts
+    one (partition, epoch) attempt."""
+
+    def __init__(self, sink: TransactionalSink[Any], name: str, guarantee: Guarantee,
+                 checkpoint_location: str | None, rows_per_write: int) -> None:
+        self.name = validate_sink_name(name)
+        if guarantee not in _REAL_TIME_GUARANTEES:
+            raise ConfigurationError(
+                f"real-time mode writes exactly_once or at_least_once, not {guarantee.value}",
+                sink=name, fix="use exactly_once_writer or at_least_once_writer")
+        if guarantee not in sink.guarantees:
+            raise ConfigurationError(
+                f"{type(sink).__name__} does not offer {guarantee.value}", sink=name,
+                fix="pick a guarantee the sink offers")
+        if rows_per_write < 1:
+            raise ConfigurationError(f"rows_per_write must be at least 1, not "
+                                     f"{rows_per_write}", sink=name, fix="leave the default")
+        self.participant: EpochParticipant[Any] = sink.epoch_participant()
+        self.guarantee = guarantee
+        self.checkpoint_location = checkpoint_location
+        self.rows_per_write = rows_per_write
+        self._reset()
+
+    def _reset(self) -> None:
+        self._handle: Any = None
+        self._positions: EpochPositions | None = None
+        self._rows: list[Any] = []
+        self._fields: list[str] | None = None
+        self._written = 0
+        self._started = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_handle=None, _positions=None, _rows=[], _fields=None)
+        return state
+
+    # -- ForeachWriter -----------------------------------------------------------------------
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        query = identity.of_real_time_task(
+            ctx.getLocalProperty("sql.streaming.queryId") if ctx else None,
+            self.checkpoint_location, self.name)
+        exactly_once = self.guarantee is Guarantee.EXACTLY_ONCE
+        if exactly_once:
+            query.require(self.name)
+        attempt = ctx.attemptNumber() if ctx else 0
+        txn = query.pool(self.name).transaction(epoch_id, partition_id, 0, attempt)
+        self._reset()
+        self._started = time.perf_counter()
+        handle = self.participant.open_epoch(txn)
+        try:
+            recorded = self.participant.epoch_mark(handle)
+            mark = Mark.from_json(recorded) if recorded is not None else None
+            if not query.durable:
+                mark = None  # nothing on record is known to be this query's: write all
+            self._positions = EpochPositions(mark, epoch_id, exactly_once, self.name,
+                                             partition_id)
+        except BaseException:
+            self.participant.abort_epoch(handle)
+            raise
+        self._handle = handle
+        log_event("realtime.epoch_open", sink=self.name, query=query.key, batch=epoch_id,
+                  partition=partition_id, txn=txn.txn_id, start=self._positions.start,
+                  replay=self._positions.replay)
+        return True
+
+    def process(self, row: Any) -> None:
+        self._rows.append(row)
+        if len(self._rows) >= self.rows_per_write:
+            self._write_rows()
+
+    def close(self, error: BaseException | None) -> None:
+        handle, positions = self._handle, self._positions
+        if handle is None or positions is None:
+            return
+        try:
+            if error is not None:
+                self.participant.abort_epoch(handle)
+                return
+            self._write_rows()
+            rest, mark = positions.finish()
+            if rest is not None:
+                self._write(rest)
+            if positions.position != positions.start or positions.replay:
+                self.participant.commit_epoch(handle, mark.as_json())
+            else:  # nothing seen, nothing to record: the mark stays as it is
+                self.participant.abort_epoch(handle)
+            log_event("realtime.epoch_committed", sink=self.name, batch=positions.epoch,
+                      partition=positions.partition, rows=self._written,
+                      skipped=positions.skipped, end=mark.end,
+                      ms=round((time.perf_counter() - self._started) * 1000, 1))
+        except BaseException:
+            self._abort_quietly(handle)
+            raise
+        finally:
+            self._reset()
+
+    # -- rows ------------------------------------------------------------------------------
+    def _write_rows(self) -> None:
+        if not self._rows or self._positions is None:
+            return
+        rows, self._rows = self._rows, []
+        if self._fields is None:
+            self._fields = list(getattr(rows[0], "__fields__", None) or
+                                [f"_{i}" for i in range(len(rows[0]))])
+        columns = list(zip(*rows, strict=True))
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(_plain(column)) for column in columns], names=self._fields)
+        out = self._positions.take(self.participant.epoch_rows(batch))
+        if out is not None:
+            self._write(out)
+
+    def _write(self, rows: pa.RecordBatch) -> None:
+        self.participant.write_epoch(self._handle, rows)
+        self._written += rows.num_rows
+
+    def _abort_quietly(self, handle: Any) -> None:
+        try:
+            self.participant.abort_epoch(handle)
+        except Exception as exc:  # the error being raised is the one that matters
+            log_event("realtime.abort_failed", logging.WARNING, sink=self.name,
+                      cause=repr(exc)[:200])
+
+
+def _plain(values: tuple[Any, ...]) -> list[Any]:
+    """Spark hands binary values to Python as ``bytearray``; Arrow wants ``bytes``."""
+    return [bytes(v) if isinstance(v, bytearray) else v for v in values]
+
+
+def exactly_once_writer(sink: TransactionalSink[Any], name: str, *,
+                        checkpoint_location: str | None = None,
+                        rows_per_write: int = ROWS_PER_WRITE) -> EpochWriter:
+    """A ForeachWriter for ``df.writeStream.foreach(...)`` that writes each row once, in
+    real-time mode (``trigger(realTime=...)``) and under micro-batch triggers.
+
+    ``name`` identifies the sink within the query and must stay the same across
+    restarts. ``checkpoint_location``: the query's, where the tasks can read it (the
+    query's identity is also read from the running query)."""
+    return EpochWriter(sink, name, Guarantee.EXACTLY_ONCE, checkpoint_location,
+                       rows_per_write)
+
+
+def at_least_once_writer(sink: TransactionalSink[Any], name: str, *,
+                         checkpoint_location: str | None = None,
+                         rows_per_write: int = ROWS_PER_WRITE) -> EpochWriter:
+    """As ``exactly_once_writer``, but a replay whose rows cannot be checked, or differ,
+    is written again (it may duplicate, never lose)."""
+    return EpochWriter(sink, name, Guarantee.AT_LEAST_ONCE, checkpoint_location,
+                       rows_per_write)
+
+
+__all__ = ["EpochWriter", "at_least_once_writer", "exactly_once_writer"]

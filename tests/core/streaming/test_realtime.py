@@ -1,0 +1,148 @@
+"""The real-time mode writer (core.streaming.realtime) with an in-memory epoch
+participant: what Spark's ForeachWriter calls, in the orders a crash leaves."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import Row
+
+from sparkeos.core.errors import CommitLogError, ConfigurationError, ReplayMismatchError
+from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction, TransactionalSink
+from sparkeos.core.streaming.realtime import (
+    EpochWriter,
+    at_least_once_writer,
+    exactly_once_writer,
+)
+
+
+@dataclass
+class Open:
+    txn: Transaction
+    rows: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Memory(EpochParticipant[Open]):
+    """A transactional destination: rows and one mark per partition, changed together."""
+
+    rows: dict[int, list[int]] = field(default_factory=dict)
+    marks: dict[int, JsonDict] = field(default_factory=dict)
+    participants: set[str] = field(default_factory=set)
+
+    def open_epoch(self, txn: Transaction) -> Open:
+        self.participants.add(txn.participant_id)
+        return Open(txn)
+
+    def epoch_mark(self, handle: Open) -> JsonDict | None:
+        return self.marks.get(handle.txn.partition)
+
+    def write_epoch(self, handle: Open, rows: pa.RecordBatch) -> None:
+        handle.rows += rows.column("id").to_pylist()
+
+    def commit_epoch(self, handle: Open, mark: JsonDict) -> None:
+        self.rows.setdefault(handle.txn.partition, []).extend(handle.rows)
+        self.marks[handle.txn.partition] = json.loads(json.dumps(mark))
+
+    def abort_epoch(self, handle: Open) -> None:
+        handle.rows.clear()
+
+
+class _Plain(TransactionalSink[Any]):
+    """A sink of micro-batches only (its hooks are never called here)."""
+
+    def begin(self, txn: Transaction) -> Any:
+        raise NotImplementedError
+
+    def write(self, handle: Any, batch: pa.RecordBatch) -> None:
+        raise NotImplementedError
+
+    def prepare(self, handle: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def commit(self, txn: Transaction, receipt: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def rollback(self, txn: Transaction) -> None:
+        raise NotImplementedError
+
+
+class MemorySink(_Plain):
+    def __init__(self, memory: Memory) -> None:
+        self.memory = memory
+
+    def epoch_participant(self) -> EpochParticipant[Any]:
+        return self.memory
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> str:
+    (tmp_path / "metadata").write_text(json.dumps({"id": "3f0c-query"}) + "\n")
+    return str(tmp_path)
+
+
+def epoch(writer: EpochWriter, partition: int, epoch_id: int, ids: list[int],
+          commit: bool = True) -> None:
+    """One attempt, as Spark drives it; ``commit=False``: the task dies before close."""
+    assert writer.open(partition, epoch_id)
+    for i in ids:
+        writer.process(Row(id=i, payload=f"row-{i}"))
+    if commit:
+        writer.close(None)
+
+
+def test_a_replay_that_ends_elsewhere_writes_each_row_once(checkpoint: str) -> None:
+    memory = Memory()
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint,
+                                 rows_per_write=3)
+    epoch(writer, 0, 0, list(range(10)))
+    epoch(writer, 0, 1, list(range(10, 25)))          # committed; Spark did not record it
+    epoch(writer, 0, 1, list(range(10, 17)))          # the replay ends sooner
+    epoch(writer, 0, 2, list(range(17, 40)))          # epoch 2 goes on from row 17
+    epoch(writer, 1, 0, [100, 101], commit=False)     # died before close: nothing
+    epoch(writer, 1, 0, [100, 101, 102])
+    assert memory.rows == {0: list(range(40)), 1: [100, 101, 102]}
+
+
+def test_a_replay_with_other_rows_stops_exactly_once_and_is_written_at_least_once(
+        checkpoint: str) -> None:
+    memory = Memory()
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    epoch(writer, 0, 0, [1, 2, 3])
+    with pytest.raises(ReplayMismatchError, match="partition 0 of epoch 0"):
+        epoch(writer, 0, 0, [1, 5, 3, 4])
+    assert memory.rows == {0: [1, 2, 3]}
+    loose = at_least_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    epoch(loose, 0, 0, [1, 5, 3, 4])
+    assert memory.rows == {0: [1, 2, 3, 1, 5, 3, 4]}
+
+
+def test_an_empty_epoch_records_nothing_and_an_old_epoch_is_refused(checkpoint: str) -> None:
+    memory = Memory()
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    epoch(writer, 0, 3, [])
+    assert memory.marks == {}
+    epoch(writer, 0, 4, [7])
+    with pytest.raises(CommitLogError, match="epoch 4 of it is committed already"):
+        epoch(writer, 0, 2, [7])
+
+
+def test_the_writer_is_pickled_without_a_task_state_and_refuses_what_it_cannot_do(
+        checkpoint: str, tmp_path: Path) -> None:
+    memory = Memory()
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    writer.open(0, 0)
+    writer.process(Row(id=1, payload="a"))
+    copy = pickle.loads(pickle.dumps(writer))
+    assert copy._handle is None and copy._rows == []
+    with pytest.raises(ConfigurationError, match="cannot write in real-time mode"):
+        exactly_once_writer(_Plain(), "out")
+    with pytest.raises(ConfigurationError, match="exactly-once needs the query's identity"):
+        exactly_once_writer(MemorySink(memory), "out",
+                            checkpoint_location=str(tmp_path / "none")).open(0, 0)
