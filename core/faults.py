@@ -74,6 +74,10 @@ of partition 1's task, after its first rows, waits until partition 0's task comm
 (a signal file in ``$SPARKEOS_FAULT_DIR``), then dies the same way: a batch half
 written, the case of a replay partitioned otherwise."""
 AFTER_FIRST_COMMIT_SIGNAL = "direct-committed-p0"
+REALTIME_POINTS = ("epoch_mid_write", "epoch_before_commit", "epoch_after_commit")
+"""Real-time mode (``core.streaming.realtime``), in partition 0's task of the epoch: the
+driver's whole process group is killed after the task's first rows reached the sink,
+right before its commit, or right after it (Spark has not recorded the epoch then)."""
 SPECULATION_POINTS = ("speculate_copy_wins", "speculate_original_wins")
 PAUSE_POINTS = ("hold_in_phase_1",)
 """Not a crash: ``hold_in_phase_1``: the first attempt of partition 0's phase-1 task,
@@ -154,7 +158,7 @@ class FaultPlan:
             return cls()
         point, _, batch = spec.partition("@")
         known = (ALL_POINTS + SPECULATION_POINTS + EXECUTOR_POINTS + DIRECT_POINTS
-                 + PAUSE_POINTS + (COUNTED_POINT,))
+                 + PAUSE_POINTS + REALTIME_POINTS + (COUNTED_POINT,))
         if point not in known:
             raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {known}")
         barrier = plan_setting(BARRIER_ENV)
@@ -224,6 +228,18 @@ class FaultPlan:
                 os.kill(executor, signal.SIGKILL)
                 time.sleep(60)  # the worker ends with its executor
         os._exit(CRASH_EXIT_CODE)
+
+    def epoch(self, point: str, epoch: int, partition: int) -> None:
+        """A real-time task of partition 0 at ``point`` (``REALTIME_POINTS``): the
+        driver's process group is killed (the task's worker with it)."""
+        if partition != 0 or not self._matches(point, epoch):
+            return
+        if self.simulate:
+            raise InjectedCrash(f"{point}@{epoch}")
+        print(f"sparkeos fault injection: driver crash at {point} epoch {epoch}",
+              file=sys.stderr, flush=True)
+        os.killpg(self.kill_group or driver_group(), signal.SIGKILL)
+        time.sleep(60)  # killed with the group
 
     def hold(self, batch_id: int, partition: int, attempt_number: int) -> None:
         """``hold_in_phase_1``: wait for the test's ``release`` (see ``PAUSE_POINTS``)."""

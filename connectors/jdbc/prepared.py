@@ -36,6 +36,11 @@ def session_name(txn: Transaction) -> str:
             f"{txn.partition}-{txn.batch_id}-{txn.run}-{txn.tag}")
 
 
+def participant_session_prefix(txn: Transaction) -> str:
+    """What the session names of every attempt of ``txn``'s partition begin with."""
+    return f"{_session_prefix(txn.query_key, txn.sink)}{txn.partition}-"
+
+
 def _session_txn(pool: TransactionPool, name: str) -> Transaction | None:
     prefix = _session_prefix(pool.query_key, pool.sink)
     match = _SESSION.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None

@@ -71,7 +71,13 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.config import Guarantee
-from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.protocol import (
+    EpochParticipant,
+    Receipt,
+    Transaction,
+    TransactionalSink,
+    TxnState,
+)
 from sparkeos.core.snapshot.txpool import AttemptRange
 
 from . import commit, database, markers, preflight, recovery, writing
@@ -208,3 +214,9 @@ class PostgresSink(PostgresConfig, TransactionalSink[PgTransaction]):
 
     def close(self) -> None:
         POOL.close_dsn(self.dsn)
+
+    def epoch_participant(self) -> EpochParticipant[Any]:
+        """Real-time mode: a transaction per (partition, epoch) (``realtime``)."""
+        from .realtime import PostgresEpochs
+
+        return PostgresEpochs(self)

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from sparkeos.core.config import Guarantee, validate_sink_name
 from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.faults import FaultPlan
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import EpochParticipant, TransactionalSink
 from sparkeos.core.snapshot.positions import EpochPositions, Mark
@@ -57,6 +58,7 @@ class EpochWriter:
         self.guarantee = guarantee
         self.checkpoint_location = checkpoint_location
         self.rows_per_write = rows_per_write
+        self.faults = FaultPlan.from_env()
         self._reset()
 
     def _reset(self) -> None:
@@ -122,7 +124,9 @@ class EpochWriter:
             if rest is not None:
                 self._write(rest)
             if positions.position != positions.start or positions.replay:
+                self.faults.epoch("epoch_before_commit", positions.epoch, positions.partition)
                 self.participant.commit_epoch(handle, mark.as_json())
+                self.faults.epoch("epoch_after_commit", positions.epoch, positions.partition)
             else:  # nothing seen, nothing to record: the mark stays as it is
                 self.participant.abort_epoch(handle)
             log_event("realtime.epoch_committed", sink=self.name, batch=positions.epoch,
@@ -152,7 +156,11 @@ class EpochWriter:
 
     def _write(self, rows: pa.RecordBatch) -> None:
         self.participant.write_epoch(self._handle, rows)
+        first = not self._written
         self._written += rows.num_rows
+        if first and self._positions is not None:
+            self.faults.epoch("epoch_mid_write", self._positions.epoch,
+                              self._positions.partition)
 
     def _abort_quietly(self, handle: Any) -> None:
         try:

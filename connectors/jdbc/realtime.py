@@ -1,0 +1,163 @@
+"""PostgresSink in Spark's real-time mode: one transaction per (partition, epoch).
+
+``open_epoch`` opens the attempt's session (named after it, as in phase 1), ends every
+other session of the same participant (``pg_terminate_backend``: an older attempt of
+the partition, a zombie from before a restart; its open transaction is rolled back),
+takes the participant's advisory transaction lock (so two attempts never interleave),
+and reads the partition's mark from the marks table. ``write_epoch`` COPYs rows as they
+arrive; ``commit_epoch`` writes the mark row and COMMITs: rows and mark together. No
+transaction is prepared, so ``max_prepared_transactions`` may be 0.
+
+The marks table (``<marker_table>_epochs``, made on first use) holds one row per
+(query, sink, partition): the mark of ``core.snapshot.positions`` as JSON. Appends only:
+``mode="upsert"`` is refused in real-time mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction
+
+from . import prepared, writing
+from .config import PostgresConfig
+from .connections import POOL
+from .database import translated
+from .writing import PgTransaction
+
+if TYPE_CHECKING:
+    from .sink import PostgresSink
+
+MARKS_SUFFIX = "_epochs"
+MARKS_COMMENT = ("sparkeos: the last committed mark of each (query, sink, partition) of "
+                 "a PostgresSink in Spark's real-time mode; do not edit")
+
+
+@dataclass
+class PgEpoch:
+    txn: Transaction
+    session: PgTransaction
+    mark: JsonDict | None
+
+
+class PostgresEpochs(EpochParticipant[PgEpoch]):
+    """The epoch participant of a ``PostgresSink`` (``PostgresSink.epoch_participant``)."""
+
+    def __init__(self, sink: PostgresSink) -> None:
+        if sink.mode != "transactional":
+            raise ConfigurationError(
+                f"PostgresSink(mode={sink.mode!r}) cannot write in real-time mode",
+                fix="use mode='transactional' (appends) with exactly_once_writer, or a "
+                "micro-batch trigger for upserts")
+        # A plain transaction committed in the task: never a prepared one.
+        self.config: PostgresConfig = dataclasses.replace(sink, commit_in_task=True)
+        self._table_ready = False
+
+    def marks_table(self) -> Any:
+        from psycopg2 import sql
+
+        *schema, name = self.config.ident(self.config.marker_table).strings
+        return sql.Identifier(*schema, f"{name[:48]}{MARKS_SUFFIX}")
+
+    def open_epoch(self, txn: Transaction) -> PgEpoch:
+        config = self.config
+        if not self._table_ready:
+            self._ensure_marks_table(txn)
+        session = writing.open_session(config, txn)
+        try:
+            with translated(config, f"opening epoch {txn.batch_id} of partition "
+                            f"{txn.partition}", txn), session.conn.cursor() as cur:
+                cur.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name LIKE %s AND pid <> pg_backend_pid()",
+                    (_like_prefix(prepared.participant_session_prefix(txn)),))
+                cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                            (prepared.participant_session_prefix(txn),))
+                mark = self._read_mark(cur, txn)
+        except BaseException:
+            writing.abort(config, session)
+            raise
+        return PgEpoch(txn, session, mark)
+
+    def epoch_mark(self, handle: PgEpoch) -> JsonDict | None:
+        return handle.mark
+
+    def write_epoch(self, handle: PgEpoch, rows: pa.RecordBatch) -> None:
+        writing.copy_rows(self.config, handle.session, rows)
+
+    def commit_epoch(self, handle: PgEpoch, mark: JsonDict) -> None:
+        from psycopg2 import sql
+
+        config, session, txn = self.config, handle.session, handle.txn
+        try:
+            with translated(config, f"committing epoch {txn.batch_id} of partition "
+                            f"{txn.partition}", txn), session.conn.cursor() as cur:
+                cur.execute(sql.SQL(
+                    "INSERT INTO {m} (query_key, sink, \"partition\", epoch, mark, txn_id)"
+                    " VALUES (%s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (query_key, sink, \"partition\") DO UPDATE SET"
+                    " epoch = EXCLUDED.epoch, mark = EXCLUDED.mark,"
+                    " txn_id = EXCLUDED.txn_id, committed_at = now()"
+                ).format(m=self.marks_table()), (txn.query_key, txn.sink, txn.partition,
+                                                 txn.batch_id, json.dumps(mark), txn.txn_id))
+                cur.execute("COMMIT")
+                cur.execute("RESET application_name")
+        except BaseException:
+            writing.abort(config, session)
+            raise
+        POOL.release(config.dsn, session.conn)
+        session.conn = None
+
+    def abort_epoch(self, handle: PgEpoch) -> None:
+        writing.abort(self.config, handle.session)
+
+    def _read_mark(self, cur: Any, txn: Transaction) -> JsonDict | None:
+        from psycopg2 import sql
+
+        cur.execute(sql.SQL("SELECT mark FROM {m} WHERE query_key = %s AND sink = %s"
+                            " AND \"partition\" = %s").format(m=self.marks_table()),
+                    (txn.query_key, txn.sink, txn.partition))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        value = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+        return value if isinstance(value, dict) else {"unreadable": value}
+
+    def _ensure_marks_table(self, txn: Transaction) -> None:
+        from psycopg2 import errors, sql
+
+        marks = self.marks_table()
+
+        def create(conn: Any) -> None:
+            with conn.cursor() as cur:
+                cur.execute("BEGIN")
+                cur.execute(sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {m} ("
+                    " query_key text NOT NULL, sink text NOT NULL,"
+                    " \"partition\" integer NOT NULL, epoch bigint NOT NULL,"
+                    " mark text NOT NULL, txn_id text NOT NULL,"
+                    " committed_at timestamptz NOT NULL DEFAULT now(),"
+                    " PRIMARY KEY (query_key, sink, \"partition\"))").format(m=marks))
+                cur.execute(sql.SQL("COMMENT ON TABLE {m} IS %s").format(m=marks),
+                            (MARKS_COMMENT,))
+                cur.execute("COMMIT")
+
+        with translated(self.config, "creating the real-time marks table", txn):
+            try:
+                POOL.run(self.config.dsn, self.config.connect_timeout_s, create)
+            except errors.UniqueViolation:  # another partition created it meanwhile
+                pass
+        self._table_ready = True
+
+
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+__all__ = ["MARKS_SUFFIX", "PgEpoch", "PostgresEpochs"]

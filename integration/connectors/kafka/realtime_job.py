@@ -1,0 +1,148 @@
+"""Kafka -> Spark's real-time mode -> Kafka, in a child process (so tests can kill it).
+
+    python -m integration.connectors.kafka.realtime_job spec.json
+
+While it runs, the job produces ``total`` records ``{"id": i}`` to ``input_topic`` at
+``rate`` records a second, from the count already there (a restart goes on where the
+killed run stopped), so epochs end in the middle of the stream and a replayed epoch
+ends elsewhere than the attempt it replays. A real-time query
+(``trigger(realTime=...)``) reads ``input_topic`` and writes through
+``exactly_once_writer(KafkaSink(output_topic))`` (``mode="plain"``: a ForeachWriter
+with a plain producer, flushed in ``close``). The query stops once ``output_topic``
+holds ``total`` committed records (or at ``timeout_s``). Faults: ``SPARKEOS_FAULT``
+with a point of ``core.faults.REALTIME_POINTS`` (plain mode: any point kills the
+driver after partition 0 flushed that epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sparkeos.testing.job import JobResult, end_job, run_spec_process
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+EPOCH = "1 second"
+MIN_EPOCH_MS = "1000"
+
+
+@dataclass
+class RealTimeJobSpec:
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    checkpoint: str
+    total: int = 600
+    rate: float = 150.0
+    mode: str = "exactly_once"
+    timeout_s: float = 240.0
+
+
+def run_realtime_job(spec: RealTimeJobSpec, fault: str | None = None) -> JobResult:
+    return run_spec_process("integration.connectors.kafka.realtime_job", asdict(spec),
+                            spec.checkpoint + ".spec.json", fault, spec.timeout_s + 60,
+                            cwd=ROOT)
+
+
+class PlainWriter:
+    """What users write without sparkeos: a producer per task, flushed in ``close``."""
+
+    def __init__(self, bootstrap: str, topic: str, fault: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        point, _, epoch = fault.partition("@")
+        self.kill_epoch = int(epoch) if point and epoch else None
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        from confluent_kafka import Producer
+
+        self.partition, self.epoch = partition_id, epoch_id
+        self.producer = Producer({"bootstrap.servers": self.bootstrap})
+        return True
+
+    def process(self, row: Any) -> None:
+        self.producer.produce(self.topic, bytes(row["value"]))
+
+    def close(self, error: Any) -> None:
+        self.producer.flush(30)
+        if error is None and self.partition == 0 and self.epoch == self.kill_epoch:
+            from sparkeos.core.faults import driver_group
+
+            os.killpg(driver_group(), signal.SIGKILL)
+
+
+def produce_input(spec: RealTimeJobSpec, stop: threading.Event) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": spec.bootstrap, "group.id": "count"})
+    parts = consumer.list_topics(spec.input_topic, 30).topics[spec.input_topic].partitions
+    sent = sum(consumer.get_watermark_offsets(TopicPartition(spec.input_topic, p), 30)[1]
+               for p in parts)
+    consumer.close()
+    producer = Producer({"bootstrap.servers": spec.bootstrap, "enable.idempotence": True})
+    started, base = time.monotonic(), sent
+    while sent < spec.total and not stop.is_set():
+        due = min(spec.total, base + int((time.monotonic() - started) * spec.rate))
+        while sent < due:
+            producer.produce(spec.input_topic, json.dumps({"id": sent}).encode(),
+                             partition=sent % len(parts))
+            sent += 1
+        producer.poll(0)
+        stop.wait(0.01)
+    producer.flush(30)
+
+
+def committed_count(spec: RealTimeJobSpec) -> int:
+    from sparkeos.connectors.kafka import read_topic
+
+    return len(read_topic(spec.bootstrap, spec.output_topic, timeout_s=30))
+
+
+def main(argv: list[str]) -> int:
+    from sparkeos.connectors.kafka import KafkaSink, spark_kafka_jars
+    from sparkeos.core.streaming.realtime import exactly_once_writer
+    from sparkeos.core.streaming.spark import local_session
+
+    with open(argv[0]) as fh:
+        spec = RealTimeJobSpec(**json.load(fh))
+    spark = local_session("sparkeos-realtime-job", "local[4]", {
+        "spark.jars": ",".join(spark_kafka_jars()),
+        "spark.sql.streaming.realTimeMode.minBatchDuration": MIN_EPOCH_MS})
+    stop = threading.Event()
+    producing = threading.Thread(target=produce_input, args=(spec, stop), daemon=True)
+    producing.start()
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", spec.bootstrap)
+          .option("subscribe", spec.input_topic).option("startingOffsets", "earliest")
+          .load().selectExpr("CAST(key AS BINARY) AS key", "value"))
+    writer: Any
+    if spec.mode == "plain":
+        writer = PlainWriter(spec.bootstrap, spec.output_topic,
+                             os.environ.get("SPARKEOS_FAULT", ""))
+    else:
+        writer = exactly_once_writer(
+            KafkaSink(spec.bootstrap, topic=spec.output_topic, key_column="key",
+                      value_column="value"), "realtime",
+            checkpoint_location=spec.checkpoint)
+    query = (df.writeStream.foreach(writer).outputMode("update")
+             .option("checkpointLocation", spec.checkpoint)
+             .trigger(realTime=EPOCH).start())
+    deadline = time.monotonic() + spec.timeout_s
+    try:
+        while time.monotonic() < deadline and query.isActive:
+            if not producing.is_alive() and committed_count(spec) >= spec.total:
+                break
+            query.awaitTermination(2)
+    finally:
+        stop.set()
+        query.stop()
+    return end_job(spark)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
