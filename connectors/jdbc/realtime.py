@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -30,9 +30,6 @@ from .config import PostgresConfig
 from .connections import POOL
 from .database import translated
 from .writing import PgTransaction
-
-if TYPE_CHECKING:
-    from .sink import PostgresSink
 
 MARKS_SUFFIX = "_epochs"
 MARKS_COMMENT = ("sparkeos: the last committed mark of each (query, sink, partition) of "
@@ -49,7 +46,7 @@ class PgEpoch:
 class PostgresEpochs(EpochParticipant[PgEpoch]):
     """The epoch participant of a ``PostgresSink`` (``PostgresSink.epoch_participant``)."""
 
-    def __init__(self, sink: PostgresSink) -> None:
+    def __init__(self, sink: PostgresConfig) -> None:
         if sink.mode != "transactional":
             raise ConfigurationError(
                 f"PostgresSink(mode={sink.mode!r}) cannot write in real-time mode",

@@ -14,17 +14,15 @@ it, the progress record (a compacted topic) still holds the mark.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
 from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction
 
 from . import clients, markers, preflight, producers
+from .config import KafkaConfig
 from .errors import PHASE1, failed, underlying
-
-if TYPE_CHECKING:
-    from .sink import KafkaSink
 
 MARK_KEY = "mark"
 """The field of a marker's metadata (and progress record) that holds the mark."""
@@ -41,7 +39,7 @@ class EpochHandle:
 class KafkaEpochs(EpochParticipant[EpochHandle]):
     """The epoch participant of a ``KafkaSink`` (``KafkaSink.epoch_participant``)."""
 
-    def __init__(self, sink: KafkaSink) -> None:
+    def __init__(self, sink: KafkaConfig) -> None:
         self.sink = sink
         self._checked = False
 
@@ -77,7 +75,7 @@ class KafkaEpochs(EpochParticipant[EpochHandle]):
     def write_epoch(self, handle: EpochHandle, rows: pa.RecordBatch) -> None:
         topics = preflight.row_topics(rows) - handle.topics
         if topics:
-            self.sink.require_topics(sorted(topics), handle.txn)
+            preflight.require_topics(self.sink, sorted(topics), handle.txn)
             handle.topics |= topics
         try:
             producers.produce(self.sink, handle.producer, rows)

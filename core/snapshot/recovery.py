@@ -135,23 +135,37 @@ class Recovery:
             commit(items[0])
             if first_member:
                 faults.driver("after_first_commit", batch_id)
-            rest = items[1:]
-            if workers == 1 or len(rest) < 2:
-                for item in rest:
+            items, first_member = items[1:], False
+            if workers == 1 or len(items) < 2:
+                for item in items:
                     commit(item)
                 return
-            items, first_member = rest, False
         # Each commit runs in a copy of this thread's context: what the caller set there
         # (the store locations a format carries) is its threads' too.
         caller = contextvars.copy_context()
+        done = []
         with ThreadPoolExecutor(min(workers, len(items)),
                                 thread_name_prefix="sparkeos-commit") as ex:
-            done = [ex.submit(caller.copy().run, commit, item) for item in items]
-            done[0].result()
-            if first_member:
-                faults.driver("after_first_commit", batch_id)
+            try:
+                for item in items:
+                    done.append(ex.submit(caller.copy().run, commit, item))
+            except RuntimeError:
+                # The interpreter is exiting, and its exit waits for this commit:
+                # no new threads then. The rest commits here, one after the other.
+                log_event("batch.commit_in_order", **self.scope.fields(batch_id),
+                          reason="interpreter_exiting", left=len(items) - len(done))
+            if done:
+                done[0].result()
+                if first_member:
+                    faults.driver("after_first_commit", batch_id)
+                    first_member = False
             for future in done[1:]:
                 future.result()
+        for item in items[len(done):]:
+            commit(item)
+            if first_member:
+                faults.driver("after_first_commit", batch_id)
+                first_member = False
 
     def abort_run(self, state: BatchState, run: int, cause: BaseException) -> None:
         log_event("batch.aborting", **self.scope.fields(state.batch_id), run=run,

@@ -580,9 +580,7 @@ class ConnectorConformance(RaceCases, ReplayCases):
 
     # -- a long run, compressed --------------------------------------------------------------
     soak_batches_default = 1000
-    """Batches of the soak case (``SPARKEOS_SOAK_BATCHES`` overrides): with retentions
-    of 10 batches every horizon is crossed a hundred times, and a driver kill falls
-    every 97 batches."""
+    """Batches of the soak case (``SPARKEOS_SOAK_BATCHES`` overrides)."""
 
     def soak_settings(self) -> dict[str, Any]:
         """Sink settings for the soak: the smallest retentions, so every horizon is

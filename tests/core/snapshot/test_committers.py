@@ -153,3 +153,15 @@ def test_a_merged_decision_refuses_a_sink_that_does_not_merge():
     with pytest.raises(ConfigurationError, match="does not merge commits"):
         coordinator(system, log, MemorySink).run_batch(0, ListRunner([[1], [2]]))
     assert system.visible == []
+
+
+def test_commits_on_the_driver_go_on_one_by_one_when_the_interpreter_exits(monkeypatch):
+    """At the interpreter's exit (which waits for a batch committing in the background)
+    no thread pool takes new work: the commits run in the committing thread instead."""
+    import concurrent.futures.thread as futures_thread
+
+    system, log = MemorySystem(), CommitLog(MemoryStore())
+    monkeypatch.setattr(futures_thread, "_shutdown", True)
+    coordinator(system, log, MemorySink, parallelism=3).run_batch(
+        0, ListRunner([[1], [2], [3]]))
+    assert sorted(system.visible) == [1, 2, 3]
