@@ -39,7 +39,7 @@ class RealTimeJobSpec:
     input_topic: str
     output_topic: str
     checkpoint: str
-    total: int = 600
+    total: int = 3000
     rate: float = 150.0
     mode: str = "exactly_once"
     timeout_s: float = 240.0
@@ -116,7 +116,6 @@ def main(argv: list[str]) -> int:
         "spark.sql.streaming.realTimeMode.minBatchDuration": MIN_EPOCH_MS})
     stop = threading.Event()
     producing = threading.Thread(target=produce_input, args=(spec, stop), daemon=True)
-    producing.start()
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", spec.bootstrap)
           .option("subscribe", spec.input_topic).option("startingOffsets", "earliest")
           .load().selectExpr("CAST(key AS BINARY) AS key", "value"))
@@ -132,6 +131,9 @@ def main(argv: list[str]) -> int:
     query = (df.writeStream.foreach(writer).outputMode("update")
              .option("checkpointLocation", spec.checkpoint)
              .trigger(realTime=EPOCH).start())
+    # Records arrive while epochs run (from the query's start on), so each epoch ends
+    # in the middle of the stream.
+    producing.start()
     deadline = time.monotonic() + spec.timeout_s
     try:
         while time.monotonic() < deadline and query.isActive:
@@ -140,7 +142,11 @@ def main(argv: list[str]) -> int:
             query.awaitTermination(2)
     finally:
         stop.set()
+        failure = query.exception()
         query.stop()
+    if failure is not None:
+        print(f"the query failed: {failure}", file=sys.stderr, flush=True)
+        return 1
     return end_job(spark)
 
 
