@@ -8,9 +8,10 @@ killed run stopped), so epochs end in the middle of the stream and a replayed ep
 ends elsewhere than the attempt it replays. A real-time query
 (``trigger(realTime=...)``) reads ``input_topic`` and writes through
 ``exactly_once_writer(KafkaSink(output_topic))`` (``mode="plain"``: a ForeachWriter
-with a plain producer, flushed in ``close``). The query stops once ``output_topic``
-holds ``total`` committed records (or at ``timeout_s``). Faults: ``SPARKEOS_FAULT``
-with a point of ``core.faults.REALTIME_POINTS`` (plain mode: any point kills the
+with a plain producer, flushed in ``close``; ``pg_dsn``: ``PostgresSink`` into
+``pg_table`` instead, its rows ``id, payload``). The query stops once ``output_topic``
+(or the table) holds ``total`` committed records (or at ``timeout_s``). Faults:
+``SPARKEOS_FAULT`` with a point of ``core.faults.REALTIME_POINTS`` (plain mode: any point kills the
 driver after partition 0 flushed that epoch).
 """
 
@@ -43,6 +44,10 @@ class RealTimeJobSpec:
     rate: float = 150.0
     mode: str = "exactly_once"
     timeout_s: float = 240.0
+    pg_dsn: str = ""
+    """Set: write ``id`` and ``payload`` into ``pg_table`` through PostgresSink instead."""
+    pg_table: str = ""
+    pg_marker_table: str = "sparkeos_markers"
 
 
 def run_realtime_job(spec: RealTimeJobSpec, fault: str | None = None) -> JobResult:
@@ -99,6 +104,12 @@ def produce_input(spec: RealTimeJobSpec, stop: threading.Event) -> None:
 
 
 def committed_count(spec: RealTimeJobSpec) -> int:
+    if spec.pg_dsn:
+        import psycopg2
+
+        with psycopg2.connect(spec.pg_dsn) as conn, conn.cursor() as cur:
+            cur.execute(f'SELECT count(*) FROM "{spec.pg_table}"')
+            return int(cur.fetchone()[0])
     from sparkeos.connectors.kafka import read_topic
 
     return len(read_topic(spec.bootstrap, spec.output_topic, timeout_s=30))
@@ -120,7 +131,17 @@ def main(argv: list[str]) -> int:
           .option("subscribe", spec.input_topic).option("startingOffsets", "earliest")
           .load().selectExpr("CAST(key AS BINARY) AS key", "value"))
     writer: Any
-    if spec.mode == "plain":
+    if spec.pg_dsn:
+        from sparkeos.connectors.jdbc import PostgresSink
+
+        df = df.selectExpr(
+            "CAST(get_json_object(CAST(value AS STRING), '$.id') AS BIGINT) AS id",
+            "CAST(value AS STRING) AS payload")
+        writer = exactly_once_writer(
+            PostgresSink(spec.pg_dsn, table=spec.pg_table,
+                         marker_table=spec.pg_marker_table), "realtime",
+            checkpoint_location=spec.checkpoint)
+    elif spec.mode == "plain":
         writer = PlainWriter(spec.bootstrap, spec.output_topic,
                              os.environ.get("SPARKEOS_FAULT", ""))
     else:
