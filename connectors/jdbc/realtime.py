@@ -32,6 +32,9 @@ from .database import translated
 from .writing import PgTransaction
 
 MARKS_SUFFIX = "_epochs"
+_READY: set[tuple[str, str]] = set()
+"""(server, marks table) this process has seen to exist: asked once per process, not
+per (partition, epoch)."""
 MARKS_COMMENT = ("sparkeos: the last committed mark of each (query, sink, partition) of "
                  "a PostgresSink in Spark's real-time mode; do not edit")
 
@@ -54,7 +57,6 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
                 "micro-batch trigger for upserts")
         # A plain transaction committed in the task: never a prepared one.
         self.config: PostgresConfig = dataclasses.replace(sink, commit_in_task=True)
-        self._table_ready = False
 
     def marks_table(self) -> Any:
         from psycopg2 import sql
@@ -64,8 +66,10 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
 
     def open_epoch(self, txn: Transaction) -> PgEpoch:
         config = self.config
-        if not self._table_ready:
+        ready = (config.target, ".".join(self.marks_table().strings))
+        if ready not in _READY:
             self._ensure_marks_table(txn)
+            _READY.add(ready)
         session = writing.open_session(config, txn)
         try:
             with translated(config, f"opening epoch {txn.batch_id} of partition "
@@ -133,6 +137,9 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
 
         def create(conn: Any) -> None:
             with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s)::oid", (marks.as_string(conn),))
+                if cur.fetchone()[0] is not None:
+                    return
                 cur.execute("BEGIN")
                 cur.execute(sql.SQL(
                     "CREATE TABLE IF NOT EXISTS {m} ("
@@ -150,7 +157,6 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
                 POOL.run(self.config.dsn, self.config.connect_timeout_s, create)
             except errors.UniqueViolation:  # another partition created it meanwhile
                 pass
-        self._table_ready = True
 
 
 def _like_prefix(prefix: str) -> str:

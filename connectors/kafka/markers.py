@@ -165,9 +165,12 @@ def _last_progress(config: KafkaConfig, txn: Transaction, phase: str
             continue
         value = json.loads(record.value())
         batch = int(value["batch"])
+        # Records come in offset order: of two of the same batch the later wins, unless
+        # only the earlier says what it wrote (a real-time mark says it in "mark").
         known = Written.from_json(value) is not None
         if (last is None or batch > int(last["batch"])
-                or (batch == int(last["batch"]) and known)):
+                or (batch == int(last["batch"])
+                    and (known or Written.from_json(last) is None))):
             last = value
     return last
 

@@ -133,8 +133,8 @@ def resume(mark: Mark | None, epoch: int, *, sink: str, partition: int) -> Resum
         return Resume(mark.end, mark.digest_end, replay=False)
     raise CommitLogError(
         f"epoch {epoch} of partition {partition} is running, but epoch {mark.epoch} of it "
-        "is committed already: the query's checkpoint was replaced or reset, or another "
-        "query writes under the same name", sink=sink, batch_id=epoch,
+        "is committed already: the query's checkpoint was restored from an older copy",
+        sink=sink, batch_id=epoch,
         fix="restart from the checkpoint that committed those epochs, or give this query's "
         "writer a new name (exactly_once_writer(..., name=...)) to write everything again")
 
@@ -171,9 +171,9 @@ class EpochPositions:
         """Rows committed before are still ahead of this attempt."""
         return self.position < self.through
 
-    def take(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
-        """The rows of ``batch`` (the next rows of the partition) to write now; None
-        when there are none. Rows below ``through`` are skipped and checked."""
+    def take(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """The rows of ``batch`` (the next rows of the partition) to write now, in
+        order. Rows below ``through`` are skipped and checked."""
         hashes = row_hashes(batch)
         seen = min(batch.num_rows, max(0, self.through - self.position))
         out: list[pa.RecordBatch] = []
@@ -189,18 +189,17 @@ class EpochPositions:
             self.digest = self.digest.plus(hashes[seen:], self.position)
             self.position += batch.num_rows - seen
             out.append(batch.slice(seen))
-        return _joined(out)
+        return [b for b in out if b.num_rows]
 
-    def finish(self) -> tuple[pa.RecordBatch | None, Mark]:
+    def finish(self) -> tuple[list[pa.RecordBatch], Mark]:
         """At the attempt's end: rows still to write (at-least-once rows it could not
         check), and the mark to commit with what it wrote."""
-        rest = None
+        rest: list[pa.RecordBatch] = []
         if self.checking and self._held:
             # At-least-once: the epoch ended before the committed rows did, so the rows
             # skipped cannot be checked; they are written (a duplicate, not a loss) and
             # what was committed beyond this end will be written again as well.
-            rest = _joined(self._held)
-            self._held = []
+            rest, self._held = [b for b in self._held if b.num_rows], []
             self.through, self.digest_through = self.position, self.digest
         through = max(self.through, self.position)
         digest_through = self.digest if self.position >= self.through else self.digest_through
@@ -226,15 +225,6 @@ class EpochPositions:
                   batch=self.epoch, participant=self.partition, rows=self.skipped,
                   detail="real-time replay with other rows: written again (at-least-once)")
         return held
-
-
-def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch | None:
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return None
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 __all__ = ["Digest", "EpochPositions", "Mark", "Resume", "resume"]

@@ -135,7 +135,10 @@ def of_real_time_task(task_query_id: str | None, checkpoint_location: str | None
     if not checkpoint_location:
         return task
     given = _CHECKPOINT_IDS.get(checkpoint_location)
-    if given is None or not given.durable:
+    if (given is None or not given.durable
+            or (task.durable and given.query_id != task.query_id)):
+        # Read again where the cache disagrees: a checkpoint replaced at the same path
+        # by a query of this same application.
         given = _CHECKPOINT_IDS[checkpoint_location] = of_checkpoint(checkpoint_location)
     return given.agrees_with(task, sink)
 

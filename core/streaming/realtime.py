@@ -16,18 +16,21 @@ receives them while the epoch runs, and they stay invisible until its commit).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+import uuid
 from typing import Any
 
 import pyarrow as pa
 
 from sparkeos.core.config import Guarantee, validate_sink_name
-from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.errors import AttemptFencedError, ConfigurationError
 from sparkeos.core.faults import FaultPlan
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import EpochParticipant, TransactionalSink
 from sparkeos.core.snapshot.positions import EpochPositions, Mark
+from sparkeos.core.snapshot.txpool import query_key_for
 
 from . import identity
 
@@ -54,9 +57,21 @@ class EpochWriter:
         if rows_per_write < 1:
             raise ConfigurationError(f"rows_per_write must be at least 1, not "
                                      f"{rows_per_write}", sink=name, fix="leave the default")
+        if guarantee is Guarantee.EXACTLY_ONCE:
+            _refuse_speculation(name)
+            if not checkpoint_location:
+                raise ConfigurationError(
+                    "exactly_once_writer needs the query's checkpoint_location: the tasks "
+                    "read there which epochs Spark has recorded, so an attempt of one of "
+                    "them that comes late (a zombie) cannot commit", sink=name,
+                    fix="pass checkpoint_location=<the query's checkpointLocation>, on a "
+                    "file system every executor reaches")
         self.participant: EpochParticipant[Any] = sink.epoch_participant()
         self.guarantee = guarantee
         self.checkpoint_location = checkpoint_location
+        self.run_key = query_key_for(f"run:{uuid.uuid4()}")
+        """A query without a durable identity writes under this key (at-least-once):
+        one per writer, not one per task."""
         self.rows_per_write = rows_per_write
         self.faults = FaultPlan.from_env()
         self._reset()
@@ -85,6 +100,9 @@ class EpochWriter:
         exactly_once = self.guarantee is Guarantee.EXACTLY_ONCE
         if exactly_once:
             query.require(self.name)
+        elif not query.durable:
+            query = dataclasses.replace(query, run_key=self.run_key)
+        self._refuse_recorded(epoch_id, partition_id)
         attempt = ctx.attemptNumber() if ctx else 0
         txn = query.pool(self.name).transaction(epoch_id, partition_id, 0, attempt)
         self._reset()
@@ -121,14 +139,15 @@ class EpochWriter:
                 return
             self._write_rows()
             rest, mark = positions.finish()
-            if rest is not None:
-                self._write(rest)
-            if positions.position != positions.start or positions.replay:
-                self.faults.epoch("epoch_before_commit", positions.epoch, positions.partition)
-                self.participant.commit_epoch(handle, mark.as_json())
-                self.faults.epoch("epoch_after_commit", positions.epoch, positions.partition)
-            else:  # nothing seen, nothing to record: the mark stays as it is
-                self.participant.abort_epoch(handle)
+            for rows in rest:
+                self._write(rows)
+            # Every epoch commits its mark, one with no row too: the mark stays current
+            # (a broker keeps a marker offset only so long) and says where the epoch
+            # ended, which a replay that read nothing must record.
+            self._refuse_recorded(positions.epoch, positions.partition)
+            self.faults.epoch("epoch_before_commit", positions.epoch, positions.partition)
+            self.participant.commit_epoch(handle, mark.as_json())
+            self.faults.epoch("epoch_after_commit", positions.epoch, positions.partition)
             log_event("realtime.epoch_committed", sink=self.name, batch=positions.epoch,
                       partition=positions.partition, rows=self._written,
                       skipped=positions.skipped, end=mark.end,
@@ -148,11 +167,25 @@ class EpochWriter:
             self._fields = list(getattr(rows[0], "__fields__", None) or
                                 [f"_{i}" for i in range(len(rows[0]))])
         columns = list(zip(*rows, strict=True))
+        for name, column in zip(self._fields, columns, strict=True):
+            _refuse_nested(name, column, self.name)
         batch = pa.RecordBatch.from_arrays(
             [pa.array(_plain(column)) for column in columns], names=self._fields)
-        out = self._positions.take(self.participant.epoch_rows(batch))
-        if out is not None:
-            self._write(out)
+        for rows in self._positions.take(self.participant.epoch_rows(batch)):
+            self._write(rows)
+
+    def _refuse_recorded(self, epoch: int, partition: int) -> None:
+        """An attempt of an epoch Spark has recorded as done (``commits/<epoch>`` in the
+        query's checkpoint) is a zombie: another attempt's rows and mark are the ones
+        Spark counted, so this one must not commit (it would move the mark)."""
+        if self.guarantee is not Guarantee.EXACTLY_ONCE or not self.checkpoint_location:
+            return
+        if _spark_recorded(self.checkpoint_location, epoch):
+            raise AttemptFencedError(
+                f"epoch {epoch} of partition {partition} is recorded by Spark as done: this "
+                "attempt of it came late and writes nothing", sink=self.name, batch_id=epoch,
+                fix="nothing to do: Spark discards this attempt; the epoch's rows are "
+                "committed by the attempt Spark counted")
 
     def _write(self, rows: pa.RecordBatch) -> None:
         self.participant.write_epoch(self._handle, rows)
@@ -168,6 +201,46 @@ class EpochWriter:
         except Exception as exc:  # the error being raised is the one that matters
             log_event("realtime.abort_failed", logging.WARNING, sink=self.name,
                       cause=repr(exc)[:200])
+
+
+def _spark_recorded(checkpoint: str, epoch: int) -> bool:
+    from sparkeos.core.storage.registry import split_uri
+
+    files, path = split_uri(checkpoint)
+    return bool(files.exists(f"{path.rstrip('/')}/commits/{epoch}"))
+
+
+def _refuse_speculation(name: str) -> None:
+    """Two attempts of one epoch's partition may end at different rows; which one Spark
+    counts is not known to the writer. Speculation makes such pairs routine."""
+    try:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        speculating = spark is not None and str(
+            spark.conf.get("spark.speculation", "false")).lower() == "true"
+    except Exception:  # no session to ask (a test, a session of another kind)
+        return
+    if speculating:
+        raise ConfigurationError(
+            "exactly_once_writer cannot run with spark.speculation=true: two attempts of "
+            "one epoch's partition would each commit rows, ending at different rows",
+            sink=name, fix="turn speculation off for this application, or use "
+            "foreachBatch(exactly_once(...)) with a micro-batch trigger")
+
+
+def _refuse_nested(name: str, values: tuple[Any, ...], sink: str) -> None:
+    """Struct and map values reach a ForeachWriter as Rows and dicts, whose Arrow types
+    would depend on the other rows of the same write (a map's keys): a row would not be
+    known again by its content."""
+    first = next((v for v in values if v is not None), None)
+    if isinstance(first, list):
+        first = next((v for v in first if v is not None), None)
+    if isinstance(first, (dict, tuple)):
+        raise ConfigurationError(
+            f"column {name!r} holds {'maps' if isinstance(first, dict) else 'structs'}, "
+            "which the real-time writer does not take yet", sink=sink,
+            fix=f"write it as JSON text: .withColumn({name!r}, to_json({name!r}))")
 
 
 def _plain(values: tuple[Any, ...]) -> list[Any]:

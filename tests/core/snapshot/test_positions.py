@@ -20,8 +20,8 @@ def rows(values: list[int]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"v": pa.array(values, pa.int64())})
 
 
-def ids(batch: pa.RecordBatch | None) -> list[int]:
-    return [] if batch is None else batch.column(0).to_pylist()
+def ids(batches: list[pa.RecordBatch]) -> list[int]:
+    return [i for batch in batches for i in batch.column(0).to_pylist()]
 
 
 @dataclass

@@ -13,7 +13,12 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import Row
 
-from sparkeos.core.errors import CommitLogError, ConfigurationError, ReplayMismatchError
+from sparkeos.core.errors import (
+    AttemptFencedError,
+    CommitLogError,
+    ConfigurationError,
+    ReplayMismatchError,
+)
 from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction, TransactionalSink
 from sparkeos.core.streaming.realtime import (
     EpochWriter,
@@ -123,11 +128,11 @@ def test_a_replay_with_other_rows_stops_exactly_once_and_is_written_at_least_onc
     assert memory.rows == {0: [1, 2, 3, 1, 5, 3, 4]}
 
 
-def test_an_empty_epoch_records_nothing_and_an_old_epoch_is_refused(checkpoint: str) -> None:
+def test_an_empty_epoch_commits_its_mark_and_an_old_epoch_is_refused(checkpoint: str) -> None:
     memory = Memory()
     writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
     epoch(writer, 0, 3, [])
-    assert memory.marks == {}
+    assert memory.marks[0]["epoch"] == 3 and memory.marks[0]["end"] == 0
     epoch(writer, 0, 4, [7])
     with pytest.raises(CommitLogError, match="epoch 4 of it is committed already"):
         epoch(writer, 0, 2, [7])
@@ -142,7 +147,55 @@ def test_the_writer_is_pickled_without_a_task_state_and_refuses_what_it_cannot_d
     copy = pickle.loads(pickle.dumps(writer))
     assert copy._handle is None and copy._rows == []
     with pytest.raises(ConfigurationError, match="cannot write in real-time mode"):
-        exactly_once_writer(_Plain(), "out")
+        exactly_once_writer(_Plain(), "out", checkpoint_location=checkpoint)
+    with pytest.raises(ConfigurationError, match="needs the query's checkpoint_location"):
+        exactly_once_writer(MemorySink(memory), "out")
     with pytest.raises(ConfigurationError, match="exactly-once needs the query's identity"):
         exactly_once_writer(MemorySink(memory), "out",
                             checkpoint_location=str(tmp_path / "none")).open(0, 0)
+
+
+def test_an_attempt_of_an_epoch_spark_recorded_is_fenced(checkpoint: str) -> None:
+    """A zombie: Spark counted another attempt of the epoch (``commits/<epoch>``), so
+    this one neither opens nor, if it opened before, commits."""
+    memory = Memory()
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    epoch(writer, 0, 0, [1, 2])
+    late = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    epoch(late, 0, 1, [3, 4], commit=False)
+    epoch(writer, 0, 1, [3])
+    (Path(checkpoint) / "commits").mkdir()
+    (Path(checkpoint) / "commits" / "1").write_text("v1\n{}\n")
+    with pytest.raises(AttemptFencedError, match="recorded by Spark as done"):
+        late.close(None)
+    with pytest.raises(AttemptFencedError):
+        epoch(writer, 0, 1, [3])
+    assert memory.rows == {0: [1, 2, 3]}
+
+
+def test_at_least_once_writes_held_rows_of_chunks_with_other_types(checkpoint: str) -> None:
+    """Rows a replay skipped are written one chunk at a time: a column of nulls only in
+    one chunk has another Arrow type than in the next."""
+    memory = Memory()
+    loose = at_least_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint,
+                                 rows_per_write=2)
+    epoch(loose, 0, 0, [1, 2, 3, 4])
+    assert loose.open(0, 0)
+    for i, payload in ((1, None), (2, None), (3, "c")):
+        loose.process(Row(id=i, payload=payload))
+    loose.close(None)
+    assert memory.rows[0] == [1, 2, 3, 4, 1, 2, 3]
+
+
+def test_struct_and_map_columns_are_refused_with_the_fix(checkpoint: str) -> None:
+    memory = Memory()
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    assert writer.open(0, 0)
+    writer.process(Row(id=1, payload={"a": 1}))
+    with pytest.raises(ConfigurationError, match="to_json"):
+        writer.close(None)
+    assert writer.open(0, 0)
+    writer.process(Row(id=1, payload=[Row(k="a", v=1)]))
+    with pytest.raises(ConfigurationError, match="holds structs"):
+        writer.close(None)
+    assert memory.rows == {}
