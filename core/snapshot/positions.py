@@ -44,8 +44,9 @@ _MOD = 2**64
 
 @dataclass(frozen=True)
 class Digest:
-    """A hash of the rows at positions ``[0, n)``: the sum, in two independent 64-bit
-    lanes, of each row's hash mixed with its position."""
+    """A hash of the rows at positions ``[0, n)``: the sum, in two 64-bit lanes, of each
+    row's 64-bit hash mixed with its position. Two different rows at one position match
+    by accident with a chance of about 2**-64 (their row hashes must be equal)."""
 
     lanes: tuple[int, int] = (0, 0)
 
@@ -212,15 +213,15 @@ class EpochPositions:
         if self.digest == self.digest_through:
             return []
         problem = (f"partition {self.partition} of epoch {self.epoch} replays other rows than "
-                   f"were committed at positions {self.through - self.skipped} to "
-                   f"{self.through - 1}: the pipeline does not hand this partition the same "
-                   "rows in the same order on a replay")
+                   f"were committed below position {self.through}: the pipeline does not "
+                   "hand this partition the same rows in the same order on a replay")
         if self.exactly_once:
             raise ReplayMismatchError(
                 problem, sink=self.sink, batch_id=self.epoch,
                 fix="exactly-once in real-time mode needs a deterministic pipeline per "
                 "partition (stateless, over a replayable source, no shuffle): remove what "
-                "reorders or changes the rows, or use at_least_once, which writes them")
+                "reorders or changes the rows; at_least_once_writer writes a replay's "
+                "other rows again instead of stopping")
         log_event("replay.nondeterministic", logging.WARNING, sink=self.sink,
                   batch=self.epoch, participant=self.partition, rows=self.skipped,
                   detail="real-time replay with other rows: written again (at-least-once)")
