@@ -3,8 +3,8 @@
     python -m integration.connectors.kafka.realtime_job spec.json
 
 While it runs, the job produces ``total`` records ``{"id": i}`` to ``input_topic`` at
-``rate`` records a second, from the count already there (a restart goes on where the
-killed run stopped), so epochs end in the middle of the stream and a replayed epoch
+``rate`` records a second, those the topic does not hold yet (a restart goes on where
+the killed run stopped, gaps first), so epochs end in the middle of the stream and a replayed epoch
 ends elsewhere than the attempt it replays. A real-time query
 (``trigger(realTime=...)``) reads ``input_topic`` and writes through
 ``exactly_once_writer(KafkaSink(output_topic))`` (``mode="plain"``: a ForeachWriter
@@ -83,20 +83,26 @@ class PlainWriter:
 
 
 def produce_input(spec: RealTimeJobSpec, stop: threading.Event) -> None:
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    """Produce every id of ``range(total)`` the input topic lacks, at ``rate``. A killed
+    run can leave a gap (a record still in its producer's queue for one partition
+    while later ones reached the other), so what is missing is read, not counted."""
+    from confluent_kafka import Consumer, Producer
+
+    from sparkeos.connectors.kafka import read_topic
 
     consumer = Consumer({"bootstrap.servers": spec.bootstrap, "group.id": "count"})
-    parts = consumer.list_topics(spec.input_topic, 30).topics[spec.input_topic].partitions
-    sent = sum(consumer.get_watermark_offsets(TopicPartition(spec.input_topic, p), 30)[1]
-               for p in parts)
+    parts = len(consumer.list_topics(spec.input_topic, 30).topics[spec.input_topic].partitions)
     consumer.close()
+    present = {int(json.loads(m.value())["id"])
+               for m in read_topic(spec.bootstrap, spec.input_topic, timeout_s=30)}
+    missing = [i for i in range(spec.total) if i not in present]
     producer = Producer({"bootstrap.servers": spec.bootstrap, "enable.idempotence": True})
-    started, base = time.monotonic(), sent
-    while sent < spec.total and not stop.is_set():
-        due = min(spec.total, base + int((time.monotonic() - started) * spec.rate))
+    started, sent = time.monotonic(), 0
+    while sent < len(missing) and not stop.is_set():
+        due = min(len(missing), int((time.monotonic() - started) * spec.rate))
         while sent < due:
-            producer.produce(spec.input_topic, json.dumps({"id": sent}).encode(),
-                             partition=sent % len(parts))
+            producer.produce(spec.input_topic, json.dumps({"id": missing[sent]}).encode(),
+                             partition=missing[sent] % parts)
             sent += 1
         producer.poll(0)
         stop.wait(0.01)
