@@ -41,10 +41,11 @@ class TestPostgresEpochs(EpochConformance):
         return table_ids(self.admin, self.names.table)
 
 
-def test_upserts_are_refused_in_real_time_mode(pg_server: PgServer, names: Names) -> None:
+def test_upserts_are_refused_in_real_time_mode(pg_server: PgServer, names: Names,
+                                               tmp_path: Any) -> None:
     sink = sink_for(pg_server, names, mode="upsert", key=["id"])
     with pytest.raises(ConfigurationError, match="cannot write in real-time mode"):
-        exactly_once_writer(sink, "rt")
+        exactly_once_writer(sink, "rt", checkpoint_location=str(tmp_path))
 
 
 @pytest.mark.chaos
