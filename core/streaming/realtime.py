@@ -3,12 +3,12 @@
 ``df.writeStream.foreach(exactly_once_writer(KafkaSink(...), name="events",
 checkpoint_location=...)).outputMode("update").trigger(realTime="5 seconds")``: Spark
 calls ``open(partition, epoch)``, ``process(row)`` for each row as it arrives, and
-``close(error)``, in a task per partition and epoch. Each of those is one transaction
-of the sink's epoch participant (``core.protocol.EpochParticipant``), committed in
-``close`` with the partition's mark; ``core.snapshot.positions`` decides which rows a replay writes. No
-driver takes part, so a row becomes visible when its epoch's task closes: the epoch is
-the latency a ``read_committed`` reader sees. The same writer works under micro-batch
-triggers, where an epoch is a batch.
+``close(error)``, in a task per partition and epoch. Each of those is one transaction of
+the sink's epoch participant (``core.protocol.EpochParticipant``), committed in
+``close`` with the partition's mark; ``core.snapshot.positions`` decides which rows a
+replay writes. No driver takes part, so a row becomes visible when its epoch's task
+closes: the epoch is the latency a ``read_committed`` reader sees. The same writer works
+under micro-batch triggers, where an epoch is a batch.
 
 Rows reach the sink in Arrow batches of ``rows_per_write`` rows (the destination
 receives them while the epoch runs, and they stay invisible until its commit).
