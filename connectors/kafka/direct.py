@@ -60,10 +60,12 @@ def finish(config: KafkaConfig, producer: Any, txn: Transaction, marker: markers
     return {"mode": "direct", "rows": written.rows, "skipped": False, **met.receipt_fields()}
 
 
-def commit(config: KafkaConfig, producer: Any, txn: Transaction, written: Written) -> None:
-    """Commit the task's records with the marker; the producer is closed either way."""
+def commit(config: KafkaConfig, producer: Any, txn: Transaction, written: Written | None,
+           extra: dict[str, Any] | None = None) -> None:
+    """Commit the task's records with the marker (``extra``: more fields for its
+    record); the producer is closed either way."""
     try:
-        markers.commit_with_marker(config, producer, txn, written)
+        markers.commit_with_marker(config, producer, txn, written, extra)
     except BaseException as exc:
         exc = underlying(producer, exc)
         producers.abort_quietly(producer, config.timeout_s)

@@ -188,11 +188,11 @@ def announce_open(config: KafkaConfig, producer: Any, txn: Transaction) -> None:
 
 
 def commit_with_marker(config: KafkaConfig, producer: Any, txn: Transaction,
-                       written: Written | None) -> None:
+                       written: Written | None, extra: dict[str, Any] | None = None) -> None:
     """Add the progress record and the marker to the producer's open transaction, and
     commit it: the records, the marker and the progress record become visible at
     once."""
-    commit_with_markers(config, producer, [(txn, written)])
+    commit_with_markers(config, producer, [(txn, written)], extra)
 
 
 def commit_with_markers(config: KafkaConfig, producer: Any,

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction
 
-from . import clients, markers, preflight, producers
+from . import clients, direct, markers, preflight, producers
 from .config import KafkaConfig
 from .errors import PHASE1, failed, underlying
 
@@ -84,20 +84,10 @@ class KafkaEpochs(EpochParticipant[EpochHandle]):
                          "produce") from None
 
     def commit_epoch(self, handle: EpochHandle, mark: JsonDict) -> None:
-        sink, producer = self.sink, handle.producer
-        try:
-            markers.commit_with_markers(sink, producer, [(handle.txn, None)],
-                                        {MARK_KEY: mark})
-        except BaseException as exc:
-            exc = underlying(producer, exc)
-            producers.abort_quietly(producer, sink.timeout_s)
-            raise failed(sink, exc, handle.txn, PHASE1, "commit transaction") from None
-        finally:
-            clients.close_quietly(producer)
+        direct.commit(self.sink, handle.producer, handle.txn, None, {MARK_KEY: mark})
 
     def abort_epoch(self, handle: EpochHandle) -> None:
-        producers.abort_quietly(handle.producer, self.sink.timeout_s)
-        clients.close_quietly(handle.producer)
+        direct.abort(self.sink, handle.producer)
 
 
 __all__ = ["MARK_KEY", "EpochHandle", "KafkaEpochs"]
