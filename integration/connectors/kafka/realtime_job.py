@@ -10,7 +10,7 @@ ends elsewhere than the attempt it replays. A real-time query
 ``exactly_once_writer(KafkaSink(output_topic))`` (``mode="plain"``: a ForeachWriter
 with a plain producer, flushed in ``close``; ``pg_dsn``: ``PostgresSink`` into
 ``pg_table`` instead, its rows ``id, payload``). The query stops once ``output_topic``
-(or the table) holds ``total`` committed records (or at ``timeout_s``). Faults:
+(or the table) holds every id of ``range(total)``, committed (or at ``timeout_s``). Faults:
 ``SPARKEOS_FAULT`` with a point of ``core.faults.REALTIME_POINTS`` (plain mode: any point kills the
 driver after partition 0 flushed that epoch).
 """
@@ -109,16 +109,19 @@ def produce_input(spec: RealTimeJobSpec, stop: threading.Event) -> None:
     producer.flush(30)
 
 
-def committed_count(spec: RealTimeJobSpec) -> int:
+def distinct_ids_committed(spec: RealTimeJobSpec) -> int:
+    """How many of the input's ids the output holds, each counted once: a writer that
+    duplicates (plain mode) must not end the query before every id arrived."""
     if spec.pg_dsn:
         import psycopg2
 
         with psycopg2.connect(spec.pg_dsn) as conn, conn.cursor() as cur:
-            cur.execute(f'SELECT count(*) FROM "{spec.pg_table}"')
+            cur.execute(f'SELECT count(DISTINCT id) FROM "{spec.pg_table}"')
             return int(cur.fetchone()[0])
     from sparkeos.connectors.kafka import read_topic
 
-    return len(read_topic(spec.bootstrap, spec.output_topic, timeout_s=30))
+    return len({json.loads(m.value())["id"]
+                for m in read_topic(spec.bootstrap, spec.output_topic, timeout_s=30)})
 
 
 def main(argv: list[str]) -> int:
@@ -164,7 +167,7 @@ def main(argv: list[str]) -> int:
     deadline = time.monotonic() + spec.timeout_s
     try:
         while time.monotonic() < deadline and query.isActive:
-            if not producing.is_alive() and committed_count(spec) >= spec.total:
+            if not producing.is_alive() and distinct_ids_committed(spec) >= spec.total:
                 break
             query.awaitTermination(2)
     finally:
