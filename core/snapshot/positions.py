@@ -70,11 +70,30 @@ class Digest:
         return cls((int(text[:16], 16), int(text[16:], 16)))
 
 
+@dataclass(frozen=True, order=True)
+class AttemptOf:
+    """Which attempt of a (partition, epoch) this is, as Spark numbers it: its stage's
+    attempt and its own attempt number, within one run of the query (``run``: Spark's
+    run ID, which changes with every start of the query)."""
+
+    run: str
+    stage: int
+    number: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"run": self.run, "stage": self.stage, "number": self.number}
+
+    @classmethod
+    def from_json(cls, data: Any) -> AttemptOf:
+        return cls(str(data["run"]), int(data["stage"]), int(data["number"]))
+
+
 @dataclass(frozen=True)
 class Mark:
     """What a partition has committed, written in the same transaction as an attempt's
     rows: the attempt's ``epoch``, the positions where it began and ended, and the
-    highest position ever committed, each with the digest of the rows before it."""
+    highest position ever committed, each with the digest of the rows before it; and
+    which attempt committed it (``by``; None where the task did not say)."""
 
     epoch: int
     start: int
@@ -83,21 +102,27 @@ class Mark:
     digest_start: Digest
     digest_end: Digest
     digest_through: Digest
+    by: AttemptOf | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "start": self.start, "end": self.end,
-                "through": self.through, "digest_start": self.digest_start.text(),
-                "digest_end": self.digest_end.text(),
-                "digest_through": self.digest_through.text()}
+        data: dict[str, Any] = {
+            "epoch": self.epoch, "start": self.start, "end": self.end,
+            "through": self.through, "digest_start": self.digest_start.text(),
+            "digest_end": self.digest_end.text(), "digest_through": self.digest_through.text()}
+        if self.by is not None:
+            data["by"] = self.by.as_json()
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> Mark:
         """The mark a destination holds; a ``CommitLogError`` if it is not one (what is
         committed cannot be known, so nothing may be skipped or written)."""
         try:
+            by = AttemptOf.from_json(data["by"]) if data.get("by") is not None else None
             mark = cls(int(data["epoch"]), int(data["start"]), int(data["end"]),
                        int(data["through"]), Digest.parse(data["digest_start"]),
-                       Digest.parse(data["digest_end"]), Digest.parse(data["digest_through"]))
+                       Digest.parse(data["digest_end"]), Digest.parse(data["digest_through"]),
+                       by)
         except (KeyError, TypeError, ValueError) as exc:
             raise CommitLogError(
                 f"a real-time mark cannot be read ({exc!r}): {data!r:.200}",
@@ -140,6 +165,18 @@ def resume(mark: Mark | None, epoch: int, *, sink: str, partition: int) -> Resum
         "writer a new name (exactly_once_writer(..., name=...)) to write everything again")
 
 
+def superseded(mark: Mark | None, epoch: int, attempt: AttemptOf | None) -> bool:
+    """Whether a later attempt of this (partition, epoch), in this same run of the query,
+    has committed already: this attempt is then one Spark no longer counts (it was
+    counted lost and ran on, a zombie) and must not commit. Spark counts the newest
+    attempt of a task, and that one's end is where the next epoch starts: a zombie's
+    commit would move the mark to its own end (found by the model check,
+    ``sparkeos.testing.modelcheck.realtime``). An attempt of another run is a replay
+    after a restart, which the positions decide."""
+    return (mark is not None and attempt is not None and mark.by is not None
+            and mark.epoch == epoch and mark.by.run == attempt.run and mark.by > attempt)
+
+
 @dataclass
 class EpochPositions:
     """One attempt of one (partition, epoch): which rows it writes, and its mark."""
@@ -149,6 +186,7 @@ class EpochPositions:
     exactly_once: bool
     sink: str
     partition: int
+    attempt: AttemptOf | None = None
     start: int = field(init=False)
     digest_start: Digest = field(init=False)
     position: int = field(init=False)
@@ -205,7 +243,7 @@ class EpochPositions:
         through = max(self.through, self.position)
         digest_through = self.digest if self.position >= self.through else self.digest_through
         return rest, Mark(self.epoch, self.start, self.position, through,
-                          self.digest_start, self.digest, digest_through)
+                          self.digest_start, self.digest, digest_through, self.attempt)
 
     def _checked(self) -> list[pa.RecordBatch]:
         """The attempt reached ``through``: the skipped rows must be the ones committed."""
@@ -228,4 +266,4 @@ class EpochPositions:
         return held
 
 
-__all__ = ["Digest", "EpochPositions", "Mark", "Resume", "resume"]
+__all__ = ["AttemptOf", "Digest", "EpochPositions", "Mark", "Resume", "resume", "superseded"]

@@ -29,7 +29,7 @@ from sparkeos.core.errors import AttemptFencedError, ConfigurationError
 from sparkeos.core.faults import FaultPlan
 from sparkeos.core.observe import log_event
 from sparkeos.core.protocol import EpochParticipant, TransactionalSink
-from sparkeos.core.snapshot.positions import EpochPositions, Mark
+from sparkeos.core.snapshot.positions import AttemptOf, EpochPositions, Mark, superseded
 from sparkeos.core.snapshot.txpool import query_key_for
 
 from . import identity
@@ -46,6 +46,14 @@ class EpochWriter:
     def __init__(self, sink: TransactionalSink[Any], name: str, guarantee: Guarantee,
                  checkpoint_location: str | None, rows_per_write: int) -> None:
         self.name = validate_sink_name(name)
+        if not isinstance(sink, TransactionalSink):
+            raise ConfigurationError(
+                f"the real-time writer takes one sink, not a {type(sink).__name__}: the "
+                "members of a sink group commit under one decision per batch, and in "
+                "real-time mode no driver decides an epoch", sink=name,
+                fix="write the group with a micro-batch trigger and "
+                "foreachBatch(exactly_once(group)), or give each sink a writer (and a "
+                "query) of its own")
         if guarantee not in _REAL_TIME_GUARANTEES:
             raise ConfigurationError(
                 f"real-time mode writes exactly_once or at_least_once, not {guarantee.value}",
@@ -91,9 +99,7 @@ class EpochWriter:
 
     # -- ForeachWriter -----------------------------------------------------------------------
     def open(self, partition_id: int, epoch_id: int) -> bool:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
+        ctx = _task_context()
         query = identity.of_real_time_task(
             ctx.getLocalProperty("sql.streaming.queryId") if ctx else None,
             self.checkpoint_location, self.name)
@@ -113,8 +119,16 @@ class EpochWriter:
             mark = Mark.from_json(recorded) if recorded is not None else None
             if not query.durable:
                 mark = None  # nothing on record is known to be this query's: write all
+            this = _attempt_of(ctx)
+            if superseded(mark, epoch_id, this):
+                raise AttemptFencedError(
+                    f"epoch {epoch_id} of partition {partition_id} was committed by a later "
+                    f"attempt of this query run ({mark.by if mark else None}): this attempt "
+                    f"({this}) is one Spark no longer counts, and writes nothing",
+                    sink=self.name, batch_id=epoch_id,
+                    fix="nothing to do: the attempt Spark counts has committed the epoch")
             self._positions = EpochPositions(mark, epoch_id, exactly_once, self.name,
-                                             partition_id)
+                                             partition_id, this)
         except BaseException:
             self.participant.abort_epoch(handle)
             raise
@@ -201,6 +215,26 @@ class EpochWriter:
         except Exception as exc:  # the error being raised is the one that matters
             log_event("realtime.abort_failed", logging.WARNING, sink=self.name,
                       cause=repr(exc)[:200])
+
+
+def _task_context() -> Any:
+    """Spark's ``TaskContext`` of the running task (None outside a task)."""
+    from pyspark import TaskContext
+
+    return TaskContext.get()
+
+
+RUN_ID_PROPERTY = "spark.jobGroup.id"
+"""The task's local property holding the query run's ID (Spark runs each run's jobs in a
+job group named by it)."""
+
+
+def _attempt_of(ctx: Any) -> AttemptOf | None:
+    """Which attempt the running task is, None where it cannot be told."""
+    run = ctx.getLocalProperty(RUN_ID_PROPERTY) if ctx is not None else None
+    if not run:
+        return None
+    return AttemptOf(str(run), int(ctx.stageAttemptNumber()), int(ctx.attemptNumber()))
 
 
 def _spark_recorded(checkpoint: str, epoch: int) -> bool:

@@ -1,21 +1,27 @@
-"""``python -m sparkeos.testing.modelcheck [--bound small|full] [--mutant NAME]``."""
+"""``python -m sparkeos.testing.modelcheck [--bound small|full|realtime-small|realtime-full]
+[--mutant NAME]`` (the ``realtime-`` bounds check real-time mode's per-partition
+protocol: ``realtime``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from . import realtime
 from .explore import BOUNDS, Report, explore
 from .mutants import MUTANTS
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="modelcheck", description=__doc__)
-    parser.add_argument("--bound", choices=sorted(BOUNDS), default="full")
-    parser.add_argument("--mutant", choices=sorted(MUTANTS),
+    parser.add_argument("--bound", choices=sorted({*BOUNDS, *realtime.BOUNDS}),
+                        default="full")
+    parser.add_argument("--mutant", choices=sorted({*MUTANTS, *realtime.MUTANTS}),
                         help="put one fixed bug back; the check must then fail")
     parser.add_argument("--stop-on-first", action="store_true")
     args = parser.parse_args(argv)
+    if args.bound in realtime.BOUNDS:
+        return _realtime(args.bound, args.mutant, args.stop_on_first, parser)
 
     def progress(report: Report) -> None:
         print(f"  ... {report.schedules} schedules, {len(report.states)} states, "
@@ -38,6 +44,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  VIOLATION: {violation}")
     print(report.summary())
     return 1 if report.violations else 0
+
+
+def _realtime(bound: str, mutant: str | None, stop_on_first: bool,
+              parser: argparse.ArgumentParser) -> int:
+    if mutant is not None and mutant not in realtime.MUTANTS:
+        parser.error(f"mutant {mutant} belongs to the other bounds; real-time mode's: "
+                     + ", ".join(sorted(realtime.MUTANTS)))
+    print(f"real-time model check, bound {bound}"
+          + (f"; mutant {mutant}" if mutant else ""), flush=True)
+    report = realtime.explore(realtime.BOUNDS[bound], mutant, stop_on_first)
+    if report.failures:
+        scenario, violations, trace = min(report.failures, key=lambda f: len(f[2]))
+        print(f"shortest failing schedule ({scenario}, {len(trace)} steps):")
+        for line in trace:
+            print(f"    {line}")
+        for violation in violations:
+            print(f"  VIOLATION: {violation}")
+    print(report.summary())
+    return 1 if report.failures else 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ import json
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -19,12 +18,13 @@ from sparkeos.core.errors import (
     ConfigurationError,
     ReplayMismatchError,
 )
-from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction, TransactionalSink
+from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction
 from sparkeos.core.streaming.realtime import (
     EpochWriter,
     at_least_once_writer,
     exactly_once_writer,
 )
+from sparkeos.testing.epochsinks import EpochOnlySink, NoMicroBatchSink
 
 
 @dataclass
@@ -59,31 +59,8 @@ class Memory(EpochParticipant[Open]):
         handle.rows.clear()
 
 
-class _Plain(TransactionalSink[Any]):
-    """A sink of micro-batches only (its hooks are never called here)."""
-
-    def begin(self, txn: Transaction) -> Any:
-        raise NotImplementedError
-
-    def write(self, handle: Any, batch: pa.RecordBatch) -> None:
-        raise NotImplementedError
-
-    def prepare(self, handle: Any) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def commit(self, txn: Transaction, receipt: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def rollback(self, txn: Transaction) -> None:
-        raise NotImplementedError
-
-
-class MemorySink(_Plain):
-    def __init__(self, memory: Memory) -> None:
-        self.memory = memory
-
-    def epoch_participant(self) -> EpochParticipant[Any]:
-        return self.memory
+def MemorySink(memory: Memory) -> EpochOnlySink:
+    return EpochOnlySink(memory)
 
 
 @pytest.fixture
@@ -147,7 +124,12 @@ def test_the_writer_is_pickled_without_a_task_state_and_refuses_what_it_cannot_d
     copy = pickle.loads(pickle.dumps(writer))
     assert copy._handle is None and copy._rows == []
     with pytest.raises(ConfigurationError, match="cannot write in real-time mode"):
-        exactly_once_writer(_Plain(), "out", checkpoint_location=checkpoint)
+        exactly_once_writer(NoMicroBatchSink(), "out", checkpoint_location=checkpoint)
+    from sparkeos.core.snapshot.group import SinkGroup
+
+    with pytest.raises(ConfigurationError, match="takes one sink, not a SinkGroup"):
+        exactly_once_writer(SinkGroup({"a": MemorySink(memory)}),  # type: ignore[arg-type]
+                            "out", checkpoint_location=checkpoint)
     with pytest.raises(ConfigurationError, match="needs the query's checkpoint_location"):
         exactly_once_writer(MemorySink(memory), "out")
     with pytest.raises(ConfigurationError, match="exactly-once needs the query's identity"):
@@ -199,3 +181,40 @@ def test_struct_and_map_columns_are_refused_with_the_fix(checkpoint: str) -> Non
     with pytest.raises(ConfigurationError, match="holds structs"):
         writer.close(None)
     assert memory.rows == {}
+
+
+@dataclass(frozen=True)
+class _Context:
+    """The parts of Spark's TaskContext the writer reads."""
+
+    run: str
+    number: int
+
+    def getLocalProperty(self, key: str) -> str | None:
+        return self.run if key == "spark.jobGroup.id" else None
+
+    def stageAttemptNumber(self) -> int:
+        return 0
+
+    def attemptNumber(self) -> int:
+        return self.number
+
+
+def test_an_attempt_a_later_one_of_its_run_superseded_writes_nothing(
+        checkpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark counted attempt 0 lost and ran attempt 1, which committed rows 1-2; attempt 0
+    ran on and opens now: it would commit its own end (row 3 too), where the next epoch
+    does not start. A replay after a restart (another run) is written as usual."""
+    from sparkeos.core.streaming import realtime
+
+    memory = Memory()
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-a", 1))
+    epoch(writer, 0, 0, [1, 2])
+    assert memory.marks[0]["by"] == {"run": "run-a", "stage": 0, "number": 1}
+    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-a", 0))
+    with pytest.raises(AttemptFencedError, match="committed by a later attempt"):
+        epoch(writer, 0, 0, [1, 2, 3])
+    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-b", 0))
+    epoch(writer, 0, 0, [1, 2, 3])
+    assert memory.rows == {0: [1, 2, 3]}
