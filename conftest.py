@@ -4,4 +4,4 @@ once per session, only when a test asks for it)."""
 pytest_plugins = ["integration.fixtures.services", "integration.fixtures.postgres",
                   "integration.fixtures.kafka", "integration.fixtures.stomp",
                   "integration.fixtures.hdfs", "integration.fixtures.s3",
-                  "integration.fixtures.clouds", "integration.fixtures.scheduling"]
+                  "integration.fixtures.clouds"]

@@ -12,8 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from integration.fixtures.scheduling import machine_wide
-
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 if not os.environ.get("SPARKEOS_S3_ENDPOINT"):
@@ -26,6 +24,24 @@ if not os.environ.get("SPARKEOS_S3_ENDPOINT"):
         os.environ.setdefault(_name, _value)
 
 
+def machine_wide(item: pytest.Item) -> str | None:
+    """The one-per-machine thing a test runs on, if any: the local Spark cluster (fixed
+    ports, and its cores: a second application would wait for them), or a local Spark
+    Connect server (pyspark starts it on port 15002). ``./run test`` runs two pytest
+    workers; ``one_at_a_time`` lets one test at a time use each such thing. Everything
+    else a test uses is its own (directories, topics, tables, queues, prefixes with a
+    random part) or shared safely (``services.shared_local``)."""
+    if "spark_cluster" in getattr(item, "fixturenames", ()):
+        return "spark-cluster"
+    cls = getattr(item, "cls", None)
+    callspec = getattr(item, "callspec", None)
+    code = callspec.params.get("code", "") if callspec is not None else ""
+    if (item.get_closest_marker("connect") or getattr(cls, "connect", False)
+            or (item.nodeid.startswith("integration/test_docs.py") and "sc://" in code)):
+        return "spark-connect"
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = os.path.dirname(__file__)
     for item in items:
@@ -36,8 +52,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     """An exclusive lock (flock, across the pytest sessions of this checkout) on the
-    one-per-machine thing the test uses, held for the whole test (``./run test``
-    gives all of one thing's tests to one worker: ``integration/fixtures/scheduling``)."""
+    one-per-machine thing the test uses, held for the whole test."""
     thing = machine_wide(request.node)
     if thing is None:
         yield
