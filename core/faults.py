@@ -78,6 +78,9 @@ REALTIME_POINTS = ("epoch_mid_write", "epoch_before_commit", "epoch_after_commit
 """Real-time mode (``core.streaming.realtime``), in partition 0's task of the epoch: the
 driver's whole process group is killed after the task's first rows reached the sink,
 right before its commit, or right after it (Spark has not recorded the epoch then)."""
+WORKER_EPOCH_POINT = "epoch_worker_killed"
+"""Real-time mode: partition 0's Python worker kills itself (kill -9) after the epoch's
+first rows reached the sink; the driver lives on and sees its task fail."""
 SPECULATION_POINTS = ("speculate_copy_wins", "speculate_original_wins")
 PAUSE_POINTS = ("hold_in_phase_1",)
 """Not a crash: ``hold_in_phase_1``: the first attempt of partition 0's phase-1 task,
@@ -158,7 +161,7 @@ class FaultPlan:
             return cls()
         point, _, batch = spec.partition("@")
         known = (ALL_POINTS + SPECULATION_POINTS + EXECUTOR_POINTS + DIRECT_POINTS
-                 + PAUSE_POINTS + REALTIME_POINTS + (COUNTED_POINT,))
+                 + PAUSE_POINTS + REALTIME_POINTS + (COUNTED_POINT, WORKER_EPOCH_POINT))
         if point not in known:
             raise ValueError(f"{ENV_VAR}={spec!r}: unknown point; use one of {known}")
         barrier = plan_setting(BARRIER_ENV)
@@ -232,6 +235,11 @@ class FaultPlan:
     def epoch(self, point: str, epoch: int, partition: int) -> None:
         """A real-time task of partition 0 at ``point`` (``REALTIME_POINTS``): the
         driver's process group is killed (the task's worker with it)."""
+        if (partition == 0 and point == "epoch_mid_write"
+                and self._matches(WORKER_EPOCH_POINT, epoch) and not self.simulate):
+            print(f"sparkeos fault injection: Python worker killed in epoch {epoch}",
+                  file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
         if partition != 0 or not self._matches(point, epoch):
             return
         if self.simulate:

@@ -72,20 +72,20 @@ class Digest:
 
 @dataclass(frozen=True, order=True)
 class AttemptOf:
-    """Which attempt of a (partition, epoch) this is, as Spark numbers it: its stage's
-    attempt and its own attempt number, within one run of the query (``run``: Spark's
-    run ID, which changes with every start of the query)."""
+    """Which attempt of a (partition, epoch) this is: Spark's ID of the query's run
+    (``run``; it changes with every start of the query) and the task attempt's ID
+    (``task``: Spark numbers every task attempt of an application in the order it
+    starts them, so of two attempts of one task in one run, the later has the higher)."""
 
     run: str
-    stage: int
-    number: int
+    task: int
 
     def as_json(self) -> dict[str, Any]:
-        return {"run": self.run, "stage": self.stage, "number": self.number}
+        return {"run": self.run, "task": self.task}
 
     @classmethod
     def from_json(cls, data: Any) -> AttemptOf:
-        return cls(str(data["run"]), int(data["stage"]), int(data["number"]))
+        return cls(str(data["run"]), int(data["task"]))
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,7 @@ def _task_context() -> Any:
 
 RUN_ID_PROPERTY = "spark.jobGroup.id"
 """The task's local property holding the query run's ID (Spark runs each run's jobs in a
-job group named by it)."""
+job group named by it; measured in real-time mode: the run ID, another at each start)."""
 
 
 def _attempt_of(ctx: Any) -> AttemptOf | None:
@@ -234,7 +234,7 @@ def _attempt_of(ctx: Any) -> AttemptOf | None:
     run = ctx.getLocalProperty(RUN_ID_PROPERTY) if ctx is not None else None
     if not run:
         return None
-    return AttemptOf(str(run), int(ctx.stageAttemptNumber()), int(ctx.attemptNumber()))
+    return AttemptOf(str(run), int(ctx.taskAttemptId()))
 
 
 def _spark_recorded(checkpoint: str, epoch: int) -> bool:

@@ -103,9 +103,14 @@ class Example:
 
 
 def query_key(checkpoint: Path, sink: str) -> str | None:
-    """The query key sparkeos derived from the Spark query (names its IDs and markers)."""
+    """The query key sparkeos derived from the Spark query (names its IDs and markers):
+    from the sink's commit log, else (a real-time writer keeps none) from Spark's
+    checkpoint."""
     if not (checkpoint / "sparkeos" / sink).is_dir():
-        return None
+        from sparkeos.core.streaming.identity import of_checkpoint
+
+        query = of_checkpoint(str(checkpoint))
+        return query.key if query.durable else None
     meta = CommitLog(open_store(sink_log_location(str(checkpoint), sink))).read_meta()
     return None if meta is None else str(meta["query_key"])
 
@@ -223,6 +228,30 @@ def test_kafka_to_kafka(kafka: KafkaJanitor, workdir: Path) -> None:
             "--max-per-batch", "16")
     # No kill: Kafka -> Spark -> Kafka is killed at its points in
     # integration/connectors/kafka/test_kafka_pipeline.py.
+    example.run_until(*args, done=lambda: {r["id"] for r in topic_json(
+        kafka.bootstrap, target)} >= set(ids))
+    out = topic_json(kafka.bootstrap, target)
+    assert_exactly_once([r["id"] for r in out], ids)
+    assert all(r["amount_cents"] == r["id"] * 150 for r in out), out[:5]
+
+
+@pytest.mark.chaos
+def test_realtime_kafka_to_kafka(kafka: KafkaJanitor, workdir: Path) -> None:
+    """Real-time mode (issue 52): the driver killed right after partition 0 committed
+    its first epoch, then restarted until the output holds every order: each once, to a
+    read_committed reader (the connector's kill at every point of an epoch is
+    integration/connectors/kafka/test_kafka_realtime.py's)."""
+    source, target = kafka.topic("seos-ex-rt-orders"), kafka.topic("seos-ex-rt-cents")
+    ids = list(range(60))
+    produce(kafka.bootstrap, source, [json.dumps({"id": i, "amount": i * 1.5}) for i in ids],
+            aborted=[json.dumps({"id": 900_000 + n, "amount": 1.0}) for n in range(3)])
+    checkpoint = workdir / "checkpoint"
+    kafka.sink_query(checkpoint, "orders-cents")
+    example = Example("realtime_kafka_to_kafka.py", workdir,
+                      {"SPARKEOS_KAFKA_BOOTSTRAP": kafka.bootstrap})
+    args = ("--input", source, "--output", target, "--checkpoint", str(checkpoint),
+            "--epoch-seconds", "1")
+    example.run_until_killed(*args, kill="epoch_after_commit@0")
     example.run_until(*args, done=lambda: {r["id"] for r in topic_json(
         kafka.bootstrap, target)} >= set(ids))
     out = topic_json(kafka.bootstrap, target)

@@ -50,10 +50,13 @@ class RealTimeJobSpec:
     pg_marker_table: str = "sparkeos_markers"
 
 
-def run_realtime_job(spec: RealTimeJobSpec, fault: str | None = None) -> JobResult:
+def run_realtime_job(spec: RealTimeJobSpec, fault: str | None = None,
+                     kill_after_s: float | None = None) -> JobResult:
+    """Run the job in a process group of its own; ``kill_after_s``: kill -9 the whole
+    group that many seconds after its start (at a moment no protocol step chose)."""
     return run_spec_process("integration.connectors.kafka.realtime_job", asdict(spec),
-                            spec.checkpoint + ".spec.json", fault, spec.timeout_s + 60,
-                            cwd=ROOT)
+                            spec.checkpoint + ".spec.json", fault,
+                            kill_after_s or spec.timeout_s + 60, cwd=ROOT)
 
 
 class PlainWriter:

@@ -93,8 +93,11 @@ class Attempt:
     """Spark no longer counts it (it was lost, or its run died): a zombie if it runs."""
     opened: bool = False
 
+    task_id: int = 0
+    """Spark's ID of the task attempt: in the order attempts start, within the run."""
+
     def context(self) -> ModelTaskContext:
-        return ModelTaskContext(f"run-{self.run}", self.number)
+        return ModelTaskContext(f"run-{self.run}", self.task_id)
 
 
 @dataclass(frozen=True)
@@ -102,16 +105,16 @@ class ModelTaskContext:
     """What the writer asks of Spark's ``TaskContext``."""
 
     run: str
-    number: int
+    task_id: int
 
     def getLocalProperty(self, key: str) -> str | None:
         return self.run if key == realtime_mod.RUN_ID_PROPERTY else None
 
-    def stageAttemptNumber(self) -> int:
-        return 0
+    def taskAttemptId(self) -> int:
+        return self.task_id
 
     def attemptNumber(self) -> int:
-        return self.number
+        return 0
 
 
 @dataclass
@@ -194,6 +197,7 @@ class RealTimeWorld:
         ``max_failures`` times."""
         self.failures: dict[tuple[int, int, int], int] = {}
         self.runs = 0
+        self.task_ids = 0
         sched.on_turn = self.on_turn
 
     # -- checks ------------------------------------------------------------------------------
@@ -313,7 +317,8 @@ class RealTimeWorld:
             (run, epoch, p) in self.results for p in range(self.scenario.partitions))
 
     def start_attempt(self, run: int, epoch: int, partition: int, number: int) -> None:
-        attempt = Attempt(run, epoch, partition, number)
+        self.task_ids += 1
+        attempt = Attempt(run, epoch, partition, number, task_id=self.task_ids)
         actor = self.sched.spawn(f"task r{run} e{epoch} p{partition} a{number}",
                                  lambda: self.run_task(attempt), "task")
         self.attempts[actor] = attempt

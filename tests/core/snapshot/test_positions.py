@@ -186,15 +186,13 @@ def test_an_attempt_is_a_dataclass_of_plain_fields() -> None:
 def test_an_attempt_is_superseded_only_by_a_later_one_of_its_own_run() -> None:
     """``superseded``: Spark counts the newest attempt of a task; a zombie of the same
     run must not move the mark. Another run's attempt is a replay (positions decide)."""
-    by = AttemptOf("run-a", 0, 1)
-    mark = Mark(3, 0, 5, 5, Digest(), Digest(), Digest(), by)
+    mark = Mark(3, 0, 5, 5, Digest(), Digest(), Digest(), AttemptOf("run-a", 17))
     assert Mark.from_json(mark.as_json()) == mark
-    assert superseded(mark, 3, AttemptOf("run-a", 0, 0))
-    assert superseded(mark, 3, AttemptOf("run-a", -1, 7))      # an older stage attempt
-    assert not superseded(mark, 3, AttemptOf("run-a", 0, 1))   # itself (a lost reply)
-    assert not superseded(mark, 3, AttemptOf("run-a", 0, 2))   # Spark's retry
-    assert not superseded(mark, 3, AttemptOf("run-b", 0, 0))   # a replay after a restart
-    assert not superseded(mark, 4, AttemptOf("run-a", 0, 0))   # the next epoch
+    assert superseded(mark, 3, AttemptOf("run-a", 12))       # started before it
+    assert not superseded(mark, 3, AttemptOf("run-a", 17))   # itself (a lost reply)
+    assert not superseded(mark, 3, AttemptOf("run-a", 20))   # Spark's retry
+    assert not superseded(mark, 3, AttemptOf("run-b", 0))    # a replay after a restart
+    assert not superseded(mark, 4, AttemptOf("run-a", 12))   # the next epoch
     assert not superseded(mark, 3, None)
     assert not superseded(Mark(3, 0, 5, 5, Digest(), Digest(), Digest()), 3,
-                          AttemptOf("run-a", 0, 0))
+                          AttemptOf("run-a", 12))

@@ -188,31 +188,32 @@ class _Context:
     """The parts of Spark's TaskContext the writer reads."""
 
     run: str
-    number: int
+    task_id: int
 
     def getLocalProperty(self, key: str) -> str | None:
         return self.run if key == "spark.jobGroup.id" else None
 
-    def stageAttemptNumber(self) -> int:
-        return 0
+    def taskAttemptId(self) -> int:
+        return self.task_id
 
     def attemptNumber(self) -> int:
-        return self.number
+        return 0
 
 
 def test_an_attempt_a_later_one_of_its_run_superseded_writes_nothing(
         checkpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spark counted attempt 0 lost and ran attempt 1, which committed rows 1-2; attempt 0
-    ran on and opens now: it would commit its own end (row 3 too), where the next epoch
-    does not start. A replay after a restart (another run) is written as usual."""
+    """Spark counted task 4 lost and ran task 9 for the same partition and epoch, which
+    committed rows 1-2; task 4 ran on and opens now: it would commit its own end (row 3
+    too), where the next epoch does not start. A replay after a restart (another run) is
+    written as usual."""
     from sparkeos.core.streaming import realtime
 
     memory = Memory()
     writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
-    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-a", 1))
+    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-a", 9))
     epoch(writer, 0, 0, [1, 2])
-    assert memory.marks[0]["by"] == {"run": "run-a", "stage": 0, "number": 1}
-    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-a", 0))
+    assert memory.marks[0]["by"] == {"run": "run-a", "task": 9}
+    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-a", 4))
     with pytest.raises(AttemptFencedError, match="committed by a later attempt"):
         epoch(writer, 0, 0, [1, 2, 3])
     monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-b", 0))
