@@ -234,7 +234,9 @@ class FaultPlan:
 
     def epoch(self, point: str, epoch: int, partition: int) -> None:
         """A real-time task of partition 0 at ``point`` (``REALTIME_POINTS``): the
-        driver's process group is killed (the task's worker with it)."""
+        driver's process group is killed (the task's worker with it). With
+        ``WORKER_EPOCH_POINT`` planned, the task's own Python worker is killed at
+        ``epoch_mid_write`` instead (every attempt that gets there: a retry too)."""
         if (partition == 0 and point == "epoch_mid_write"
                 and self._matches(WORKER_EPOCH_POINT, epoch) and not self.simulate):
             print(f"sparkeos fault injection: Python worker killed in epoch {epoch}",

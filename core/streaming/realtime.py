@@ -120,6 +120,13 @@ class EpochWriter:
             if not query.durable:
                 mark = None  # nothing on record is known to be this query's: write all
             this = _attempt_of(ctx)
+            if this is None and ctx is not None and exactly_once:
+                raise ConfigurationError(
+                    f"the task of epoch {epoch_id}, partition {partition_id} carries no query "
+                    f"run ID (the local property {RUN_ID_PROPERTY}): which attempt of the "
+                    "epoch Spark counts cannot be told", sink=self.name, batch_id=epoch_id,
+                    fix="run the query as a streaming query started by Spark (its tasks get "
+                    "the run ID), or use at_least_once_writer")
             if superseded(mark, epoch_id, this):
                 raise AttemptFencedError(
                     f"epoch {epoch_id} of partition {partition_id} was committed by a later "

@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.bound in realtime.BOUNDS:
         return _realtime(args.bound, args.mutant, args.stop_on_first, parser)
+    if args.mutant is not None and args.mutant not in MUTANTS:
+        parser.error(f"mutant {args.mutant} belongs to the real-time bounds (--bound "
+                     "realtime-small or realtime-full)")
 
     def progress(report: Report) -> None:
         print(f"  ... {report.schedules} schedules, {len(report.states)} states, "

@@ -1,4 +1,5 @@
-"""A model check of real-time mode's per-partition protocol (``./run modelcheck realtime``).
+"""A model check of real-time mode's per-partition protocol (``./run modelcheck --bound
+realtime-small`` / ``realtime-full``).
 
 It drives the real ``EpochWriter`` (``core.streaming.realtime``) and its replay rule
 (``core.snapshot.positions``) through every schedule of a model of Spark's real-time
@@ -302,7 +303,8 @@ class RealTimeWorld:
                         ready=functools.partial(self.epoch_ended, run, epoch))
             ends = {p: self.results[(run, epoch, p)] for p in partitions}
             if any(end is None for end in ends.values()):
-                return  # a task failed max_failures times: the query fails
+                self.dead_runs.add(run)  # a task failed max_failures times: the query
+                return                   # fails, and its other tasks are cancelled
             sched.point(f"record the offsets of epoch {epoch}")
             self.offsets[epoch] = {p: end for p, end in ends.items() if end is not None}
             sched.point(f"record epoch {epoch} as done")

@@ -189,8 +189,8 @@ def test_an_attempt_is_superseded_only_by_a_later_one_of_its_own_run() -> None:
     mark = Mark(3, 0, 5, 5, Digest(), Digest(), Digest(), AttemptOf("run-a", 17))
     assert Mark.from_json(mark.as_json()) == mark
     assert superseded(mark, 3, AttemptOf("run-a", 12))       # started before it
-    assert not superseded(mark, 3, AttemptOf("run-a", 17))   # itself (a lost reply)
-    assert not superseded(mark, 3, AttemptOf("run-a", 20))   # Spark's retry
+    assert not superseded(mark, 3, AttemptOf("run-a", 17))   # itself
+    assert not superseded(mark, 3, AttemptOf("run-a", 20))   # a retry (its reply lost)
     assert not superseded(mark, 3, AttemptOf("run-b", 0))    # a replay after a restart
     assert not superseded(mark, 4, AttemptOf("run-a", 12))   # the next epoch
     assert not superseded(mark, 3, None)

@@ -219,3 +219,19 @@ def test_an_attempt_a_later_one_of_its_run_superseded_writes_nothing(
     monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-b", 0))
     epoch(writer, 0, 0, [1, 2, 3])
     assert memory.rows == {0: [1, 2, 3]}
+
+
+def test_a_task_without_a_run_id_is_refused_under_exactly_once(
+        checkpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Spark's run ID a zombie cannot be told from the attempt Spark counts:
+    exactly-once fails closed; at-least-once writes (it may duplicate)."""
+    from sparkeos.core.streaming import realtime
+
+    memory = Memory()
+    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("", 3))
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    with pytest.raises(ConfigurationError, match="carries no query run ID"):
+        epoch(writer, 0, 0, [1])
+    epoch(at_least_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint),
+          0, 0, [1])
+    assert memory.rows == {0: [1]}
