@@ -166,15 +166,15 @@ def resume(mark: Mark | None, epoch: int, *, sink: str, partition: int) -> Resum
 
 
 def superseded(mark: Mark | None, epoch: int, attempt: AttemptOf | None) -> bool:
-    """Whether a later attempt of this (partition, epoch), in this same run of the query,
-    has committed already: this attempt is then one Spark no longer counts (it was
-    counted lost and ran on, a zombie) and must not commit. Spark counts the newest
-    attempt of a task, and that one's end is where the next epoch starts: a zombie's
-    commit would move the mark to its own end (found by the model check,
-    ``sparkeos.testing.modelcheck.realtime``). An attempt of another run is a replay
-    after a restart, which the positions decide."""
+    """Whether a later attempt of this (partition, epoch), or of a later epoch, in this
+    same run of the query has committed already: this attempt is then one Spark no
+    longer counts (it was counted lost and ran on, a zombie) and must not commit. Spark
+    counts the newest attempt of a task, and that one's end is where the next epoch
+    starts: a zombie's commit would move the mark to its own end (found by the model
+    check, ``sparkeos.testing.modelcheck.realtime``). An attempt of another run is a
+    replay after a restart, which the positions decide."""
     return (mark is not None and attempt is not None and mark.by is not None
-            and mark.epoch == epoch and mark.by.run == attempt.run and mark.by > attempt)
+            and mark.epoch >= epoch and mark.by.run == attempt.run and mark.by > attempt)
 
 
 @dataclass

@@ -193,6 +193,7 @@ def test_an_attempt_is_superseded_only_by_a_later_one_of_its_own_run() -> None:
     assert not superseded(mark, 3, AttemptOf("run-a", 20))   # a retry (its reply lost)
     assert not superseded(mark, 3, AttemptOf("run-b", 0))    # a replay after a restart
     assert not superseded(mark, 4, AttemptOf("run-a", 12))   # the next epoch
+    assert superseded(mark, 2, AttemptOf("run-a", 12))       # a zombie of an older one
     assert not superseded(mark, 3, None)
     assert not superseded(Mark(3, 0, 5, 5, Digest(), Digest(), Digest()), 3,
                           AttemptOf("run-a", 12))
