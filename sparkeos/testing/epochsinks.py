@@ -1,12 +1,15 @@
-"""Sinks for tests and models of real-time mode: an ``EpochParticipant`` as a sink."""
+"""For tests and models of real-time mode: an ``EpochParticipant`` as a sink, and the
+parts of Spark's ``TaskContext`` the writer reads."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from sparkeos.core.protocol import EpochParticipant, Transaction, TransactionalSink
+from sparkeos.core.streaming.realtime import RUN_ID_PROPERTY
 
 
 class NoMicroBatchSink(TransactionalSink[Any]):
@@ -38,4 +41,22 @@ class EpochOnlySink(NoMicroBatchSink):
         return self.participant
 
 
-__all__ = ["EpochOnlySink", "NoMicroBatchSink"]
+@dataclass(frozen=True)
+class TaskContextOf:
+    """A task of the query run ``run`` (empty: a task without Spark's run ID), Spark's
+    task attempt ID ``task_id``."""
+
+    run: str
+    task_id: int
+
+    def getLocalProperty(self, key: str) -> str | None:
+        return self.run if key == RUN_ID_PROPERTY else None
+
+    def taskAttemptId(self) -> int:
+        return self.task_id
+
+    def attemptNumber(self) -> int:
+        return 0
+
+
+__all__ = ["EpochOnlySink", "NoMicroBatchSink", "TaskContextOf"]

@@ -45,6 +45,7 @@ import contextlib
 import copy
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,17 +59,13 @@ from sparkeos.core.snapshot import positions as positions_mod
 from sparkeos.core.streaming import identity as identity_mod
 from sparkeos.core.streaming import realtime as realtime_mod
 
-from ..epochsinks import EpochOnlySink
+from ..epochsinks import EpochOnlySink, TaskContextOf
 from .mutants import _patched
-from .scheduler import Actor, Budget, Killed, Scheduler, next_prefix
+from .scheduler import Actor, Budget, Killed, Scheduler, TaskDied, next_prefix
 
 CHECKPOINT = "model://realtime-checkpoint"
 SINK = "rt"
 FAULTS = ("crash", "survive", "fail", "lost", "choice")
-
-
-class TaskDied(BaseException):
-    """A task attempt's worker died (no cleanup runs, as in a crash)."""
 
 
 @dataclass(frozen=True)
@@ -100,25 +97,8 @@ class Attempt:
     task_id: int = 0
     """Spark's ID of the task attempt: in the order attempts start, within the run."""
 
-    def context(self) -> ModelTaskContext:
-        return ModelTaskContext(f"run-{self.run}", self.task_id)
-
-
-@dataclass(frozen=True)
-class ModelTaskContext:
-    """What the writer asks of Spark's ``TaskContext``."""
-
-    run: str
-    task_id: int
-
-    def getLocalProperty(self, key: str) -> str | None:
-        return self.run if key == realtime_mod.RUN_ID_PROPERTY else None
-
-    def taskAttemptId(self) -> int:
-        return self.task_id
-
-    def attemptNumber(self) -> int:
-        return 0
+    def context(self) -> TaskContextOf:
+        return TaskContextOf(f"run-{self.run}", self.task_id)
 
 
 @dataclass
@@ -144,6 +124,10 @@ class ModelDestination(EpochParticipant[Handle]):
             return txn.participant_id
         return txn.partition
 
+    def fenced(self, handle: Handle) -> bool:
+        """A newer attempt opened since this one did (by the scenario's fence)."""
+        return self.generations.get(self._fence_key(handle.txn)) != handle.generation
+
     def open_epoch(self, txn: Transaction) -> Handle:
         world = self.world
         world.sched.point(f"open e{txn.batch_id} p{txn.partition}")
@@ -164,7 +148,7 @@ class ModelDestination(EpochParticipant[Handle]):
     def commit_epoch(self, handle: Handle, mark: JsonDict) -> None:
         txn = handle.txn
         self.world.sched.point(f"commit e{txn.batch_id} p{txn.partition}")
-        if self.generations.get(self._fence_key(txn)) != handle.generation:
+        if self.fenced(handle):
             raise AttemptFencedError(f"attempt of e{txn.batch_id} p{txn.partition} fenced",
                                      sink=SINK, fix="none: a newer attempt runs")
         self.committed += handle.rows
@@ -210,10 +194,8 @@ class RealTimeWorld:
 
     # -- checks ------------------------------------------------------------------------------
     def check_no_duplicate(self) -> None:
-        committed = self.destination.committed
-        if len(set(committed)) != len(committed):
-            seen: set[int] = set()
-            twice = sorted({i for i in committed if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
+        twice = sorted(i for i, n in Counter(self.destination.committed).items() if n > 1)
+        if twice:
             self.violations.append(f"rows committed twice: {twice}")
 
     def finished(self) -> bool:
@@ -249,22 +231,13 @@ class RealTimeWorld:
         elif actor.kind == "task":
             attempt = self.attempts[actor]
             if attempt.run in self.dead_runs and not attempt.lost:
-                attempt.lost = True
-                # Only a task that had begun its epoch outlives its driver: one that starts
-                # after its driver died, and after the next run committed the same epoch,
-                # is outside the model (the assumption docs/realtime.md states).
-                if not attempt.opened or not sched.inject(
-                        "survive", lambda: f"{actor.name} outlives its driver"):
-                    raise Killed(actor.name)
+                self.die_or_survive(actor, attempt)
             if attempt.lost:
                 return  # a zombie: the faults of the counted attempts are explored
             if sched.inject("crash", lambda: f"driver {attempt.run} dies while "
                                              f"{actor.name} is before {label}"):
                 self.dead_runs.add(attempt.run)
-                attempt.lost = True
-                if not attempt.opened or not sched.inject(
-                        "survive", lambda: f"{actor.name} outlives its driver"):
-                    raise Killed(actor.name)
+                self.die_or_survive(actor, attempt)
                 return
             if sched.inject("fail", lambda: f"{actor.name} dies before {label}"):
                 self.task_failed(attempt)
@@ -272,6 +245,16 @@ class RealTimeWorld:
             if sched.inject("lost", lambda: f"{actor.name} counted lost before {label}"):
                 self.task_failed(attempt)
                 attempt.lost = True
+
+    def die_or_survive(self, actor: Actor, attempt: Attempt) -> None:
+        """The attempt's driver died: it dies too, or runs on as a zombie. Only a task
+        that had begun its epoch outlives its driver: one that starts after its driver
+        died, and after the next run committed the same epoch, is outside the model (the
+        assumption docs/realtime.md states)."""
+        attempt.lost = True
+        if not attempt.opened or not self.sched.inject(
+                "survive", lambda: f"{actor.name} outlives its driver"):
+            raise Killed(actor.name)
 
     def task_failed(self, attempt: Attempt) -> None:
         """Spark saw the attempt fail: the next one starts, or the query fails."""
@@ -379,7 +362,7 @@ def model_checkpoint(world_of: Callable[[], RealTimeWorld | None]) -> Iterator[N
         assert world is not None and checkpoint == CHECKPOINT
         return epoch in world.commits
 
-    def task_context() -> ModelTaskContext:
+    def task_context() -> TaskContextOf:
         world = world_of()
         assert world is not None
         return world.current_attempt().context()
@@ -429,13 +412,6 @@ partitions."""
 BOUNDS = {b.name: b for b in (SMALL, FULL)}
 
 
-def _commit_unfenced(self: ModelDestination, handle: Handle, mark: JsonDict) -> None:
-    self.world.sched.point(f"commit e{handle.txn.batch_id} p{handle.txn.partition}")
-    self.committed += handle.rows
-    self.marks[handle.txn.partition] = dict(mark)
-    self.world.check_no_duplicate()
-
-
 def _resume_at_end(mark: Any, epoch: int, *, sink: str, partition: int) -> Any:
     if mark is not None and mark.epoch == epoch:
         return positions_mod.Resume(mark.end, mark.digest_end, replay=True)
@@ -446,8 +422,8 @@ _resume = positions_mod.resume
 
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "zombie-commits": lambda: _patched(realtime_mod, "superseded", lambda *_: False),
-    "unfenced-destination": lambda: _patched(ModelDestination, "commit_epoch",
-                                             _commit_unfenced),
+    "unfenced-destination": lambda: _patched(ModelDestination, "fenced",
+                                             lambda *_: False),
     "replay-resumes-at-its-end": lambda: _patched(positions_mod, "resume", _resume_at_end),
 }
 """Bugs the model check must find, put back one at a time: an attempt that a later one of

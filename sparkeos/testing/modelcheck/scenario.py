@@ -43,17 +43,13 @@ from sparkeos.core.snapshot.coordinator import Coordinator, TaskAttempt, TaskFun
 from sparkeos.core.snapshot.group import SinkGroup
 from sparkeos.core.streaming import adapter as adapter_mod
 
-from .scheduler import Actor, Budget, Killed, Scheduler
+from .scheduler import Actor, Budget, Killed, Scheduler, TaskDied
 from .system import ModelSink, ModelStore, ModelSystem, id_rows, parse_txn, parsed_record
 
 QUERY_KEY = "mq"
 SINK = "sink"
 GOOD_SCHEMA = pa.schema([("id", pa.int64())])
 BAD_SCHEMA = pa.schema([("id", pa.string())])
-
-
-class TaskDied(BaseException):
-    """A task attempt's worker died (a BaseException: no cleanup runs, as in a crash)."""
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,10 @@ class Killed(BaseException):
     """Raised inside an actor the schedule ends (a crash, or the end of the run)."""
 
 
+class TaskDied(BaseException):
+    """A task attempt's worker died (a BaseException: no cleanup runs, as in a crash)."""
+
+
 @dataclass
 class Budget:
     """What a schedule may inject: per kind, and in total."""

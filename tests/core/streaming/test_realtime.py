@@ -24,7 +24,7 @@ from sparkeos.core.streaming.realtime import (
     at_least_once_writer,
     exactly_once_writer,
 )
-from sparkeos.testing.epochsinks import EpochOnlySink, NoMicroBatchSink
+from sparkeos.testing.epochsinks import EpochOnlySink, NoMicroBatchSink, TaskContextOf
 
 
 @dataclass
@@ -183,23 +183,6 @@ def test_struct_and_map_columns_are_refused_with_the_fix(checkpoint: str) -> Non
     assert memory.rows == {}
 
 
-@dataclass(frozen=True)
-class _Context:
-    """The parts of Spark's TaskContext the writer reads."""
-
-    run: str
-    task_id: int
-
-    def getLocalProperty(self, key: str) -> str | None:
-        return self.run if key == "spark.jobGroup.id" else None
-
-    def taskAttemptId(self) -> int:
-        return self.task_id
-
-    def attemptNumber(self) -> int:
-        return 0
-
-
 def test_an_attempt_a_later_one_of_its_run_superseded_writes_nothing(
         checkpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Spark counted task 4 lost and ran task 9 for the same partition and epoch, which
@@ -210,13 +193,13 @@ def test_an_attempt_a_later_one_of_its_run_superseded_writes_nothing(
 
     memory = Memory()
     writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
-    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-a", 9))
+    monkeypatch.setattr(realtime, "_task_context", lambda: TaskContextOf("run-a", 9))
     epoch(writer, 0, 0, [1, 2])
     assert memory.marks[0]["by"] == {"run": "run-a", "task": 9}
-    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-a", 4))
+    monkeypatch.setattr(realtime, "_task_context", lambda: TaskContextOf("run-a", 4))
     with pytest.raises(AttemptFencedError, match="committed by a later attempt"):
         epoch(writer, 0, 0, [1, 2, 3])
-    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("run-b", 0))
+    monkeypatch.setattr(realtime, "_task_context", lambda: TaskContextOf("run-b", 0))
     epoch(writer, 0, 0, [1, 2, 3])
     assert memory.rows == {0: [1, 2, 3]}
 
@@ -228,7 +211,7 @@ def test_a_task_without_a_run_id_is_refused_under_exactly_once(
     from sparkeos.core.streaming import realtime
 
     memory = Memory()
-    monkeypatch.setattr(realtime, "_task_context", lambda: _Context("", 3))
+    monkeypatch.setattr(realtime, "_task_context", lambda: TaskContextOf("", 3))
     writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
     with pytest.raises(ConfigurationError, match="carries no query run ID"):
         epoch(writer, 0, 0, [1])
