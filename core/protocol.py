@@ -347,6 +347,7 @@ class EpochParticipant(ABC, Generic[E]):
     the writer makes (``core.snapshot.positions``). No driver decides: the mark tells
     every later attempt which of its rows were committed. The order, in one task::
 
+        peek_mark(txn)                   optional: the committed mark, read unfenced
         h = open_epoch(txn)              fences every older attempt of txn's participant
         mark = epoch_mark(h)             the partition's last committed mark, or None
         write_epoch(h, rows)...          only rows the mark does not cover
@@ -363,6 +364,14 @@ class EpochParticipant(ABC, Generic[E]):
         how the batch was cut (a row is known by this form's content). Default: the
         batch itself."""
         return batch
+
+    def peek_mark(self, txn: Transaction) -> JsonDict | None:
+        """The partition's last committed mark, read without fencing anyone (None: no
+        mark, or none that can be read without opening). The writer asks before
+        ``open_epoch`` so that an attempt a later one has superseded (a zombie) is refused
+        before it fences the attempt Spark counts; the mark ``epoch_mark`` reads after
+        the fence is still the one that decides. Default: None (no early refusal)."""
+        return None
 
     @abstractmethod
     def open_epoch(self, txn: Transaction) -> E: ...

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from sparkeos import cli_realtime
 from sparkeos.core.config import CoordinatorConfig
 from sparkeos.core.errors import ConfigurationError, QueryRunningError, SparkEOSError
 from sparkeos.core.protocol import Transaction, TxnState
@@ -81,6 +82,7 @@ def _probe(meta: dict[str, Any], overrides: dict[str, str],
 
 def _status(args: argparse.Namespace, spark: Any) -> int:
     report: list[dict[str, Any]] = []
+    realtime: list[dict[str, Any]] = []
     overrides = dict(item.split("=", 1) for item in args.set)
     for name, log in _sink_logs(args.checkpoint, args.sink, spark):
         unreadable: list[str] = []
@@ -88,6 +90,10 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
             meta = log.read_meta() or {}
         except SparkEOSError as exc:
             meta, unreadable = {}, [exc.problem]
+        if cli_realtime.is_realtime(meta):
+            realtime.append(cli_realtime.status(args.checkpoint, name, log.store.list_names(),
+                                                meta, overrides, args.probe))
+            continue
         states, problems = log.scan()
         unreadable += problems
         pool = TransactionPool(str(meta.get("query_key", "?")), name) if meta else None
@@ -111,8 +117,15 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
                        "batches": batches, "last_error": _quietly(log.last_error),
                        "unreadable": unreadable})
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
-        return 2 if any(s["unreadable"] for s in report) else 0
+        print(json.dumps(report + realtime, indent=2, default=str))
+    else:
+        for entry in realtime:
+            cli_realtime.print_status(entry)
+        _print_status(report)
+    return 2 if any(s["unreadable"] for s in report) else 0
+
+
+def _print_status(report: list[dict[str, Any]]) -> None:
     for sink in report:
         print(f"sink {sink['sink']}  ({sink['type']})  query {sink['query_key']}")
         print(f"  destination: {json.dumps(sink['destination'])}")
@@ -147,7 +160,6 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
             err = sink["last_error"]
             print(f"  last error (batch {err.get('batch_id')}, {err.get('type')}): "
                   f"{str(err.get('message', '')).splitlines()[0]}")
-    return 2 if any(s["unreadable"] for s in report) else 0
 
 
 def _quietly(read: Any) -> Any:
@@ -206,6 +218,11 @@ def _recover(args: argparse.Namespace, spark: Any) -> int:
         meta = log.read_meta()
         if not meta:
             print(f"sink {name}: no metadata recorded; nothing to recover")
+            continue
+        if cli_realtime.is_realtime(meta):
+            for line in cli_realtime.recover(args.checkpoint, name, log.store.list_names(),
+                                             meta, overrides, args.force, args.dry_run):
+                print(line)
             continue
         unresolved = [s for s in log.batches().values() if s.unresolved]
         if args.dry_run:

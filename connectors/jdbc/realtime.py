@@ -1,6 +1,7 @@
 """PostgresSink in Spark's real-time mode: one transaction per (partition, epoch).
 
-``open_epoch`` opens the attempt's session (named after it, as in phase 1), ends every
+``peek_mark`` reads the partition's mark on a pooled connection (no lock, no
+fence). ``open_epoch`` opens the attempt's session (named after it, as in phase 1), ends every
 other session of the same participant (``pg_terminate_backend``: an older attempt of
 the partition, a zombie from before a restart; its open transaction is rolled back),
 takes the participant's advisory transaction lock (so two attempts never interleave),
@@ -64,12 +65,19 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
         *schema, name = self.config.ident(self.config.marker_table).strings
         return sql.Identifier(*schema, f"{name[:48]}{MARKS_SUFFIX}")
 
+    def peek_mark(self, txn: Transaction) -> JsonDict | None:
+        self._ensure_ready(txn)
+
+        def read(conn: Any) -> JsonDict | None:
+            with conn.cursor() as cur:
+                return self._read_mark(cur, txn)
+
+        with translated(self.config, f"reading the mark of partition {txn.partition}", txn):
+            return POOL.run(self.config.dsn, self.config.connect_timeout_s, read)
+
     def open_epoch(self, txn: Transaction) -> PgEpoch:
         config = self.config
-        ready = (config.target, ".".join(self.marks_table().strings))
-        if ready not in _READY:
-            self._ensure_marks_table(txn)
-            _READY.add(ready)
+        self._ensure_ready(txn)
         session = writing.open_session(config, txn)
         try:
             with translated(config, f"opening epoch {txn.batch_id} of partition "
@@ -129,6 +137,12 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
             return None
         value = json.loads(row[0]) if isinstance(row[0], str) else row[0]
         return value if isinstance(value, dict) else {"unreadable": value}
+
+    def _ensure_ready(self, txn: Transaction) -> None:
+        ready = (self.config.target, ".".join(self.marks_table().strings))
+        if ready not in _READY:
+            self._ensure_marks_table(txn)
+            _READY.add(ready)
 
     def _ensure_marks_table(self, txn: Transaction) -> None:
         from psycopg2 import errors, sql

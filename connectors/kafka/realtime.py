@@ -1,5 +1,6 @@
 """KafkaSink in Spark's real-time mode: one Kafka transaction per (partition, epoch).
 
+``peek_mark`` reads the partition's marker without a producer (fencing no one).
 ``open_epoch`` makes a producer with the participant's pooled ``transactional.id`` (the
 epoch's slot: every attempt of an epoch shares it) and runs ``init_transactions``,
 which fences every older attempt of the epoch and aborts what it left open; it reads the
@@ -55,6 +56,9 @@ class KafkaEpochs(EpochParticipant[EpochHandle]):
             self._checked = True
         return layout.serialize(batch)
 
+    def peek_mark(self, txn: Transaction) -> JsonDict | None:
+        return _mark_of(markers.committed_record(self.sink, txn, PHASE1, recovering=True))
+
     def open_epoch(self, txn: Transaction) -> EpochHandle:
         sink = self.sink
         producer = producers.init_producer(sink, txn, PHASE1)
@@ -66,8 +70,7 @@ class KafkaEpochs(EpochParticipant[EpochHandle]):
             producers.abort_quietly(producer, sink.timeout_s)
             clients.close_quietly(producer)
             raise failed(sink, exc, txn, PHASE1, "begin transaction") from None
-        mark = recorded.get(MARK_KEY) if recorded else None
-        return EpochHandle(txn, producer, mark if isinstance(mark, dict) else None)
+        return EpochHandle(txn, producer, _mark_of(recorded))
 
     def epoch_mark(self, handle: EpochHandle) -> JsonDict | None:
         return handle.mark
@@ -88,6 +91,11 @@ class KafkaEpochs(EpochParticipant[EpochHandle]):
 
     def abort_epoch(self, handle: EpochHandle) -> None:
         direct.abort(self.sink, handle.producer)
+
+
+def _mark_of(recorded: dict[str, Any] | None) -> JsonDict | None:
+    mark = recorded.get(MARK_KEY) if recorded else None
+    return mark if isinstance(mark, dict) else None
 
 
 __all__ = ["MARK_KEY", "EpochHandle", "KafkaEpochs"]

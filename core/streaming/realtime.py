@@ -28,11 +28,11 @@ from sparkeos.core.config import Guarantee, validate_sink_name
 from sparkeos.core.errors import AttemptFencedError, ConfigurationError
 from sparkeos.core.faults import FaultPlan
 from sparkeos.core.observe import log_event
-from sparkeos.core.protocol import EpochParticipant, TransactionalSink
+from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction, TransactionalSink
 from sparkeos.core.snapshot.positions import AttemptOf, EpochPositions, Mark, superseded
 from sparkeos.core.snapshot.txpool import query_key_for
 
-from . import identity
+from . import epochrecord, identity
 
 ROWS_PER_WRITE = 1000
 _REAL_TIME_GUARANTEES = (Guarantee.EXACTLY_ONCE, Guarantee.AT_LEAST_ONCE)
@@ -75,6 +75,8 @@ class EpochWriter:
                     fix="pass checkpoint_location=<the query's checkpointLocation>, on a "
                     "file system every executor reaches")
         self.participant: EpochParticipant[Any] = sink.epoch_participant()
+        if checkpoint_location:
+            _record_writer(checkpoint_location, self.name, sink)
         self.guarantee = guarantee
         self.checkpoint_location = checkpoint_location
         self.run_key = query_key_for(f"run:{uuid.uuid4()}")
@@ -109,8 +111,22 @@ class EpochWriter:
         elif not query.durable:
             query = dataclasses.replace(query, run_key=self.run_key)
         self._refuse_recorded(epoch_id, partition_id)
+        if self.checkpoint_location:
+            _record_partition(self.checkpoint_location, self.name, partition_id)
+        this = _attempt_of(ctx)
+        if this is None and ctx is not None and exactly_once:
+            raise ConfigurationError(
+                f"the task of epoch {epoch_id}, partition {partition_id} carries no query "
+                f"run ID (the local property {RUN_ID_PROPERTY}): which attempt of the "
+                "epoch Spark counts cannot be told", sink=self.name, batch_id=epoch_id,
+                fix="run the query as a streaming query started by Spark (its tasks get "
+                "the run ID), or use at_least_once_writer")
         attempt = ctx.attemptNumber() if ctx else 0
         txn = query.pool(self.name).transaction(epoch_id, partition_id, 0, attempt)
+        if exactly_once:
+            # Before the fence: a superseded attempt must not fence the one Spark counts
+            # (it would fail that task for nothing).
+            self._refuse_superseded(self.participant.peek_mark(txn), txn, this)
         self._reset()
         self._started = time.perf_counter()
         handle = self.participant.open_epoch(txn)
@@ -119,21 +135,7 @@ class EpochWriter:
             mark = Mark.from_json(recorded) if recorded is not None else None
             if not query.durable:
                 mark = None  # nothing on record is known to be this query's: write all
-            this = _attempt_of(ctx)
-            if this is None and ctx is not None and exactly_once:
-                raise ConfigurationError(
-                    f"the task of epoch {epoch_id}, partition {partition_id} carries no query "
-                    f"run ID (the local property {RUN_ID_PROPERTY}): which attempt of the "
-                    "epoch Spark counts cannot be told", sink=self.name, batch_id=epoch_id,
-                    fix="run the query as a streaming query started by Spark (its tasks get "
-                    "the run ID), or use at_least_once_writer")
-            if superseded(mark, epoch_id, this):
-                raise AttemptFencedError(
-                    f"epoch {epoch_id} of partition {partition_id} was committed by a later "
-                    f"attempt of this query run ({mark.by if mark else None}): this attempt "
-                    f"({this}) is one Spark no longer counts, and writes nothing",
-                    sink=self.name, batch_id=epoch_id,
-                    fix="nothing to do: the attempt Spark counts has committed the epoch")
+            self._refuse_superseded(recorded if query.durable else None, txn, this)
             self._positions = EpochPositions(mark, epoch_id, exactly_once, self.name,
                                              partition_id, this)
         except BaseException:
@@ -195,6 +197,19 @@ class EpochWriter:
         for rows in self._positions.take(self.participant.epoch_rows(batch)):
             self._write(rows)
 
+    def _refuse_superseded(self, recorded: JsonDict | None, txn: Transaction,
+                           this: AttemptOf | None) -> None:
+        """An attempt whose (partition, epoch) a later attempt of the same query run
+        has committed is one Spark no longer counts (``positions.superseded``)."""
+        mark = Mark.from_json(recorded) if recorded is not None else None
+        if superseded(mark, txn.batch_id, this):
+            raise AttemptFencedError(
+                f"epoch {txn.batch_id} of partition {txn.partition} was committed by a "
+                f"later attempt of this query run ({mark.by if mark else None}): this "
+                f"attempt ({this}) is one Spark no longer counts, and writes nothing",
+                sink=self.name, batch_id=txn.batch_id,
+                fix="nothing to do: the attempt Spark counts has committed the epoch")
+
     def _refuse_recorded(self, epoch: int, partition: int) -> None:
         """An attempt of an epoch Spark has recorded as done (``commits/<epoch>`` in the
         query's checkpoint) is a zombie: another attempt's rows and mark are the ones
@@ -222,6 +237,12 @@ class EpochWriter:
         except Exception as exc:  # the error being raised is the one that matters
             log_event("realtime.abort_failed", logging.WARNING, sink=self.name,
                       cause=repr(exc)[:200])
+
+
+# What the writer leaves for ``sparkeos status`` / ``recover`` (the model check replaces
+# them: its checkpoint holds no files).
+_record_writer = epochrecord.record_writer
+_record_partition = epochrecord.record_partition
 
 
 def _task_context() -> Any:

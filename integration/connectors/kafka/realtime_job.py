@@ -158,8 +158,10 @@ def main(argv: list[str]) -> int:
                              os.environ.get("SPARKEOS_FAULT", ""))
     else:
         writer = exactly_once_writer(
+            # Transactions a kill leaves open outlast the test (not the broker's
+            # minute): only a fence ends them, a restart's or `sparkeos recover`'s.
             KafkaSink(spec.bootstrap, topic=spec.output_topic, key_column="key",
-                      value_column="value"), "realtime",
+                      value_column="value", transaction_timeout_ms=600_000), "realtime",
             checkpoint_location=spec.checkpoint)
     query = (df.writeStream.foreach(writer).outputMode("update")
              .option("checkpointLocation", spec.checkpoint)

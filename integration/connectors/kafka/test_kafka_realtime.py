@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 from collections import Counter
 from typing import Any
 
@@ -57,6 +59,8 @@ def test_every_record_once_after_kills_at_each_point_of_an_epoch(
         result = run_realtime_job(spec, fault=point)
         assert result.crashed, f"{point} did not fire:\n{result.tail()}"
         no_duplicate(point)
+        if point == "epoch_mid_write":
+            status_and_recover_end_the_open_epoch(spec)
     # The whole tree killed at a moment no step chose: in the start, an epoch's reads,
     # writes or commit, or Spark's own logs; or never, if the run ends first (the seed
     # gives the delay, not the moment relative to Spark's).
@@ -72,6 +76,29 @@ def test_every_record_once_after_kills_at_each_point_of_an_epoch(
     seen = output_ids(spec)
     assert sorted(seen) == list(range(spec.total)), sorted(set(range(spec.total)) - set(seen))
     assert max(seen.values()) == 1, seen.most_common(3)
+
+
+def status_and_recover_end_the_open_epoch(spec: RealTimeJobSpec) -> None:
+    """The query died with partition 0's epoch transaction open (it holds
+    ``read_committed`` readers back): ``sparkeos status`` shows the writer's partitions
+    and marks; ``recover`` refuses without ``--force`` (no lease tells a running query in
+    this mode), and with it fences them: no open transaction is left."""
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sparkeos.cli", *args, spec.checkpoint],
+                              capture_output=True, text=True, timeout=120)
+
+    status = cli("status", "--probe")
+    assert status.returncode == 0, status.stderr
+    assert "real-time writer" in status.stdout and "partitions opened: 2" in status.stdout, \
+        status.stdout
+    assert "partition 0: " in status.stdout and "probe:" not in status.stdout, status.stdout
+    refused = cli("recover")
+    assert refused.returncode == 2 and "stop the query" in refused.stderr, refused.stderr
+    recovered = cli("recover", "--force")
+    assert recovered.returncode == 0 and "fenced 4 participants" in recovered.stdout, \
+        recovered.stdout + recovered.stderr
+    # Raises TimeoutError while a transaction is open (the sink's timeout is 10 minutes).
+    read_topic(spec.bootstrap, spec.output_topic, open_transactions="fail", timeout_s=60)
 
 
 @pytest.mark.chaos

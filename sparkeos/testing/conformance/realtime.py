@@ -9,12 +9,14 @@ as a number, ``key`` and ``value`` as bytes, so one row fits a table and a topic
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sparkeos.core.protocol import TransactionalSink
+from sparkeos.core.streaming import epochrecord, identity
 from sparkeos.core.streaming.realtime import EpochWriter, exactly_once_writer
 
 from .support import assert_exactly_once
@@ -83,6 +85,30 @@ class EpochConformance:
         assert self.visible_ids(workdir) == []
         self.epoch(writer, 0, 0, range(0, 5))
         assert_exactly_once(self.visible_ids(workdir), list(range(0, 5)))
+
+    def test_a_peek_fences_no_one_and_the_recover_fence_ends_open_epochs(self, workdir: str
+                                                                           ) -> None:
+        """``peek_mark`` reads the committed mark without ending the open attempt;
+        ``sparkeos recover``'s fence (``epochrecord.fence_partitions``) ends every attempt
+        of the partitions the writer recorded in the checkpoint."""
+        writer = self.writer(workdir)
+        self.epoch(writer, 0, 0, range(0, 5))
+        checkpoint = str(Path(workdir) / "checkpoint")
+        pool = identity.of_checkpoint(checkpoint).pool("rt")
+        participant = writer.participant
+        open_attempt = self.writer(workdir)
+        self.epoch(open_attempt, 0, 1, range(5, 8), close=False)
+        mark = epochrecord.marks(participant, pool, [0])[0]
+        assert mark is not None and mark["epoch"] == 0, mark
+        open_attempt.close(None)                      # the peek fenced no one
+        names = os.listdir(epochrecord.sink_directory(checkpoint, "rt"))
+        assert epochrecord.recorded_partitions(names) == [0]
+        left_open = self.writer(workdir)
+        self.epoch(left_open, 0, 2, range(8, 12), close=False)
+        epochrecord.fence_partitions(participant, pool, [0])
+        with pytest.raises(Exception):  # noqa: B017 - whatever the destination says
+            left_open.close(None)
+        assert_exactly_once(self.visible_ids(workdir), list(range(0, 8)))
 
 
 __all__ = ["EpochConformance", "row"]

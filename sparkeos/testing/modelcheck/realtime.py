@@ -128,6 +128,10 @@ class ModelDestination(EpochParticipant[Handle]):
         """A newer attempt opened since this one did (by the scenario's fence)."""
         return self.generations.get(self._fence_key(handle.txn)) != handle.generation
 
+    def peek_mark(self, txn: Transaction) -> JsonDict | None:
+        mark = self.marks.get(txn.partition)
+        return dict(mark) if mark is not None else None
+
     def open_epoch(self, txn: Transaction) -> Handle:
         world = self.world
         world.sched.point(f"open e{txn.batch_id} p{txn.partition}")
@@ -368,8 +372,11 @@ def model_checkpoint(world_of: Callable[[], RealTimeWorld | None]) -> Iterator[N
         return world.current_attempt().context()
 
     task_context_of = realtime_mod._task_context
+    records = realtime_mod._record_writer, realtime_mod._record_partition
     realtime_mod._spark_recorded = spark_recorded  # type: ignore[assignment]
     realtime_mod._task_context = task_context  # type: ignore[assignment]
+    realtime_mod._record_writer = lambda *args: None  # type: ignore[assignment]
+    realtime_mod._record_partition = lambda *args: None  # type: ignore[assignment]
     identity_mod._CHECKPOINT_IDS[CHECKPOINT] = identity_mod.QueryIdentity(
         "model-query", "the model's checkpoint")
     try:
@@ -377,6 +384,7 @@ def model_checkpoint(world_of: Callable[[], RealTimeWorld | None]) -> Iterator[N
     finally:
         realtime_mod._spark_recorded = recorded  # type: ignore[assignment]
         realtime_mod._task_context = task_context_of  # type: ignore[assignment]
+        realtime_mod._record_writer, realtime_mod._record_partition = records
         identity_mod._CHECKPOINT_IDS.clear()
         identity_mod._CHECKPOINT_IDS.update(saved)
 

@@ -40,9 +40,14 @@ class Memory(EpochParticipant[Open]):
     rows: dict[int, list[int]] = field(default_factory=dict)
     marks: dict[int, JsonDict] = field(default_factory=dict)
     participants: set[str] = field(default_factory=set)
+    opened: int = 0
+
+    def peek_mark(self, txn: Transaction) -> JsonDict | None:
+        return self.marks.get(txn.partition)
 
     def open_epoch(self, txn: Transaction) -> Open:
         self.participants.add(txn.participant_id)
+        self.opened += 1
         return Open(txn)
 
     def epoch_mark(self, handle: Open) -> JsonDict | None:
@@ -188,7 +193,8 @@ def test_an_attempt_a_later_one_of_its_run_superseded_writes_nothing(
     """Spark counted task 4 lost and ran task 9 for the same partition and epoch, which
     committed rows 1-2; task 4 ran on and opens now: it would commit its own end (row 3
     too), where the next epoch does not start. A replay after a restart (another run) is
-    written as usual."""
+    written as usual. Task 4 is refused before it opens, which fences: the fence would
+    fail the attempt Spark counts for nothing."""
     from sparkeos.core.streaming import realtime
 
     memory = Memory()
@@ -197,8 +203,10 @@ def test_an_attempt_a_later_one_of_its_run_superseded_writes_nothing(
     epoch(writer, 0, 0, [1, 2])
     assert memory.marks[0]["by"] == {"run": "run-a", "task": 9}
     monkeypatch.setattr(realtime, "_task_context", lambda: TaskContextOf("run-a", 4))
+    opened = memory.opened
     with pytest.raises(AttemptFencedError, match="committed by a later attempt"):
         epoch(writer, 0, 0, [1, 2, 3])
+    assert memory.opened == opened, "refused only after it opened (fenced) the partition"
     monkeypatch.setattr(realtime, "_task_context", lambda: TaskContextOf("run-b", 0))
     epoch(writer, 0, 0, [1, 2, 3])
     assert memory.rows == {0: [1, 2, 3]}
