@@ -105,6 +105,15 @@ def cases(quick: bool) -> list[Case]:
         found.append(Case(f"per-batch overhead, tiny batches, {kind}", "overhead.py",
                           ("--batches", "20" if quick else "40"),
                           rf"overhead per batch: ([0-9.-]+) ms \({kind}\)", target, " ms"))
+    # Issue 52: real-time mode, produce to visible (read_committed), and throughput.
+    realtime = ("--seconds", "10" if quick else "30", "--warmup", "10",
+                "--backlog", "200000" if quick else "1000000")
+    found.append(Case("real-time exactly_once_writer, p99 latency above the 5 s epoch",
+                      "realtime_latency.py", realtime,
+                      r"eo p99 above the epoch: ([0-9.-]+) ms", 200, " ms"))
+    found.append(Case("real-time exactly_once_writer throughput vs a plain Python "
+                      "ForeachWriter", "realtime_latency.py", realtime,
+                      r"ratio throughput plain/eo: ([0-9.]+)", 1.2))
     for sink in ("file", "postgres", "kafka"):
         found.append(Case(f"recovery of a decided batch, {sink}", "recovery.py",
                           ("--sink", sink, "--rows-per-batch", "20000" if quick else "50000"),

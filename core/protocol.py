@@ -365,6 +365,14 @@ class EpochParticipant(ABC, Generic[E]):
         batch itself."""
         return batch
 
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        """As ``TransactionalSink.output_of_other_queries``: committed output of
+        ``sink`` (this destination) from another query key, or None. Asked when a
+        partition has no mark of this query yet, under exactly-once: a lost checkpoint
+        would otherwise make the new query write everything again. Default: None (the
+        participant cannot tell)."""
+        return None
+
     def peek_mark(self, txn: Transaction) -> JsonDict | None:
         """The partition's last committed mark, read without fencing anyone (None: no
         mark, or none that can be read without opening). The writer asks before
@@ -372,6 +380,11 @@ class EpochParticipant(ABC, Generic[E]):
         before it fences the attempt Spark counts; the mark ``epoch_mark`` reads after
         the fence is still the one that decides. Default: None (no early refusal)."""
         return None
+
+    def fence_epoch(self, txn: Transaction) -> None:
+        """Fence every attempt of ``txn``'s participant and roll back what they left
+        open, reading nothing (``sparkeos recover``). Default: open and abort."""
+        self.abort_epoch(self.open_epoch(txn))
 
     @abstractmethod
     def open_epoch(self, txn: Transaction) -> E: ...

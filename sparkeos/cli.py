@@ -122,7 +122,8 @@ def _status(args: argparse.Namespace, spark: Any) -> int:
         for entry in realtime:
             cli_realtime.print_status(entry)
         _print_status(report)
-    return 2 if any(s["unreadable"] for s in report) else 0
+    failed = any(s["unreadable"] for s in report) or any("probe_error" in r for r in realtime)
+    return 2 if failed else 0
 
 
 def _print_status(report: list[dict[str, Any]]) -> None:

@@ -13,7 +13,7 @@ from sparkeos.core.streaming import epochrecord, identity
 
 
 def is_realtime(meta: dict[str, Any] | None) -> bool:
-    return bool(meta) and (meta or {}).get("route") == epochrecord.ROUTE
+    return (meta or {}).get("route") == epochrecord.ROUTE
 
 
 def _participant(meta: dict[str, Any], overrides: dict[str, str]) -> tuple[Any, Any]:

@@ -1,7 +1,7 @@
 """PostgresSink in Spark's real-time mode: one transaction per (partition, epoch).
 
-``peek_mark`` reads the partition's mark on a pooled connection (no lock, no
-fence). ``open_epoch`` opens the attempt's session (named after it, as in phase 1), ends every
+``peek_mark`` reads the partition's mark on a pooled connection (no lock, no fence,
+no DDL). ``open_epoch`` opens the attempt's session (named after it, as in phase 1), ends every
 other session of the same participant (``pg_terminate_backend``: an older attempt of
 the partition, a zombie from before a restart; its open transaction is rolled back),
 takes the participant's advisory transaction lock (so two attempts never interleave),
@@ -10,7 +10,9 @@ arrive; ``commit_epoch`` writes the mark row and COMMITs: rows and mark together
 transaction is prepared, so ``max_prepared_transactions`` may be 0.
 
 The marks table (``<marker_table>_epochs``, made on first use) holds one row per
-(query, sink, partition): the mark of ``core.snapshot.positions`` as JSON. Appends only:
+(query, sink, partition): the mark of ``core.snapshot.positions`` as JSON, and the
+table it is of (``destination``: the lost-checkpoint check looks for other queries'
+marks of the same sink name and table). Appends only:
 ``mode="upsert"`` is refused in real-time mode.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +53,11 @@ class PgEpoch:
 class PostgresEpochs(EpochParticipant[PgEpoch]):
     """The epoch participant of a ``PostgresSink`` (``PostgresSink.epoch_participant``)."""
 
-    def __init__(self, sink: PostgresConfig) -> None:
+    def __init__(self, sink: PostgresConfig,
+                 batch_output: Callable[[str, str], str | None] | None = None) -> None:
+        """``batch_output``: the sink's own lost-checkpoint check of its micro-batch
+        markers, asked too: another query may have written the name in micro-batches."""
+        self.batch_output = batch_output
         if sink.mode != "transactional":
             raise ConfigurationError(
                 f"PostgresSink(mode={sink.mode!r}) cannot write in real-time mode",
@@ -65,11 +72,39 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
         *schema, name = self.config.ident(self.config.marker_table).strings
         return sql.Identifier(*schema, f"{name[:48]}{MARKS_SUFFIX}")
 
+    def destination(self) -> str:
+        """The table the marks are of (one marks table serves every table whose sinks
+        share the marker table)."""
+        return ".".join(self.config.ident(self.config.table).strings)
+
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        from psycopg2 import sql
+
+        def read(conn: Any) -> list[tuple[str, int]]:
+            with conn.cursor() as cur:
+                cur.execute(sql.SQL(
+                    "SELECT query_key, max(epoch) FROM {m} WHERE sink = %s"
+                    " AND query_key <> %s AND destination IN (%s, '')"
+                    " GROUP BY query_key ORDER BY query_key LIMIT 5").format(
+                        m=self.marks_table()), (sink, query_key, self.destination()))
+                return list(cur.fetchall())
+
+        with translated(self.config, "looking for this sink's output from other queries"):
+            others = POOL.run(self.config.dsn, self.config.connect_timeout_s, read)
+        found = [f"marks in {'.'.join(self.marks_table().strings)} of query keys "
+                 + ", ".join(f"{key} (epochs up to {epoch})" for key, epoch in others)
+                 ] if others else []
+        batches = self.batch_output(query_key, sink) if self.batch_output else None
+        return "; ".join([*found, *([batches] if batches else [])]) or None
+
     def peek_mark(self, txn: Transaction) -> JsonDict | None:
-        self._ensure_ready(txn)
+        marks = self.marks_table()
 
         def read(conn: Any) -> JsonDict | None:
-            with conn.cursor() as cur:
+            with conn.cursor() as cur:  # no DDL, no lock: no table yet is no mark
+                cur.execute("SELECT to_regclass(%s)::oid", (marks.as_string(conn),))
+                if cur.fetchone()[0] is None:
+                    return None
                 return self._read_mark(cur, txn)
 
         with translated(self.config, f"reading the mark of partition {txn.partition}", txn):
@@ -108,13 +143,15 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
             with translated(config, f"committing epoch {txn.batch_id} of partition "
                             f"{txn.partition}", txn), session.conn.cursor() as cur:
                 cur.execute(sql.SQL(
-                    "INSERT INTO {m} (query_key, sink, \"partition\", epoch, mark, txn_id)"
-                    " VALUES (%s, %s, %s, %s, %s, %s)"
+                    "INSERT INTO {m} (query_key, sink, \"partition\", epoch, mark, txn_id,"
+                    " destination) VALUES (%s, %s, %s, %s, %s, %s, %s)"
                     " ON CONFLICT (query_key, sink, \"partition\") DO UPDATE SET"
                     " epoch = EXCLUDED.epoch, mark = EXCLUDED.mark,"
-                    " txn_id = EXCLUDED.txn_id, committed_at = now()"
+                    " txn_id = EXCLUDED.txn_id, destination = EXCLUDED.destination,"
+                    " committed_at = now()"
                 ).format(m=self.marks_table()), (txn.query_key, txn.sink, txn.partition,
-                                                 txn.batch_id, json.dumps(mark), txn.txn_id))
+                                                 txn.batch_id, json.dumps(mark), txn.txn_id,
+                                                 self.destination()))
                 cur.execute("COMMIT")
                 cur.execute("RESET application_name")
         except BaseException:
@@ -152,7 +189,20 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
         def create(conn: Any) -> None:
             with conn.cursor() as cur:
                 cur.execute("SELECT to_regclass(%s)::oid", (marks.as_string(conn),))
-                if cur.fetchone()[0] is not None:
+                table = cur.fetchone()[0]
+                if table is not None:
+                    cur.execute("SELECT 1 FROM pg_attribute WHERE attrelid = %s AND"
+                                " attname = 'destination' AND NOT attisdropped", (table,))
+                    if cur.fetchone() is None:
+                        # A table made before marks named their destination: '' there
+                        # (unknown, which the lost-checkpoint check counts as this one).
+                        # The ALTER's exclusive lock waits for open epochs: bounded.
+                        cur.execute("BEGIN")
+                        cur.execute("SET LOCAL lock_timeout = '10s'")
+                        cur.execute(sql.SQL("ALTER TABLE {m} ADD COLUMN IF NOT EXISTS"
+                                            " destination text NOT NULL DEFAULT ''").format(
+                                                m=marks))
+                        cur.execute("COMMIT")
                     return
                 cur.execute("BEGIN")
                 cur.execute(sql.SQL(
@@ -160,6 +210,7 @@ class PostgresEpochs(EpochParticipant[PgEpoch]):
                     " query_key text NOT NULL, sink text NOT NULL,"
                     " \"partition\" integer NOT NULL, epoch bigint NOT NULL,"
                     " mark text NOT NULL, txn_id text NOT NULL,"
+                    " destination text NOT NULL DEFAULT '',"
                     " committed_at timestamptz NOT NULL DEFAULT now(),"
                     " PRIMARY KEY (query_key, sink, \"partition\"))").format(m=marks))
                 cur.execute(sql.SQL("COMMENT ON TABLE {m} IS %s").format(m=marks),

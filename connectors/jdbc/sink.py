@@ -219,4 +219,4 @@ class PostgresSink(PostgresConfig, TransactionalSink[PgTransaction]):
         """Real-time mode: a transaction per (partition, epoch) (``realtime``)."""
         from .realtime import PostgresEpochs
 
-        return PostgresEpochs(self)
+        return PostgresEpochs(self, batch_output=self.output_of_other_queries)

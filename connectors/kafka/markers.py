@@ -248,8 +248,8 @@ def output_of_other_queries(config: KafkaConfig, query_key: str, sink: str) -> s
             fix="make the marker topic readable (the broker up, the consumer allowed "
             "to read it, no transaction left open on it for longer than "
             "transaction.timeout.ms) and restart the query; or pass "
-            "exactly_once(..., existing_output='accept') if you know there is none; "
-            "nothing was written",
+            "existing_output='accept' (to exactly_once or exactly_once_writer) if you "
+            "know there is none; nothing was written",
         ) from None
     others: dict[str, int] = {}
     for record in records:

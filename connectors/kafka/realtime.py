@@ -25,6 +25,7 @@ from . import clients, direct, markers, preflight, producers
 from .config import KafkaConfig
 from .errors import PHASE1, failed, underlying
 
+PEEK_TIMEOUT_S = 2.0
 MARK_KEY = "mark"
 """The field of a marker's metadata (and progress record) that holds the mark."""
 
@@ -56,8 +57,19 @@ class KafkaEpochs(EpochParticipant[EpochHandle]):
             self._checked = True
         return layout.serialize(batch)
 
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        return markers.output_of_other_queries(self.sink, query_key, sink)
+
     def peek_mark(self, txn: Transaction) -> JsonDict | None:
-        return _mark_of(markers.committed_record(self.sink, txn, PHASE1, recovering=True))
+        # Short, and without the progress records: a peek only spares a fence; the read
+        # after the fence decides (a commit a dead attempt left pending makes the
+        # committed offset wait until the fence ends it).
+        return _mark_of(markers.committed_record(self.sink, txn, PHASE1,
+                                                 timeout_s=PEEK_TIMEOUT_S))
+
+    def fence_epoch(self, txn: Transaction) -> None:
+        producer = producers.init_producer(self.sink, txn, PHASE1)
+        clients.close_quietly(producer)
 
     def open_epoch(self, txn: Transaction) -> EpochHandle:
         sink = self.sink

@@ -28,8 +28,9 @@ from sparkeos.core.storage.registry import split_uri
 
 ROUTE = "realtime"
 PARTITION_PREFIX = "realtime-partition-"
-_RECORDED: set[tuple[str, str, int]] = set()
-"""(checkpoint, sink, partition) this process has recorded: once per process."""
+_RECORDED: set[tuple[str, str, str, int]] = set()
+"""(checkpoint, query key, sink, partition) this process has recorded: once per
+process and query (a checkpoint replaced at the same path is another query)."""
 
 
 def sink_directory(checkpoint: str, name: str) -> str:
@@ -57,8 +58,8 @@ def record_writer(checkpoint: str, name: str, sink: TransactionalSink[Any]) -> N
     files.overwrite(meta_path, json.dumps({**mine, "recorded": time.time()}).encode())
 
 
-def record_partition(checkpoint: str, name: str, partition: int) -> None:
-    key = (checkpoint, name, partition)
+def record_partition(checkpoint: str, query_key: str, name: str, partition: int) -> None:
+    key = (checkpoint, query_key, name, partition)
     if key in _RECORDED:
         return
     files, directory = split_uri(sink_directory(checkpoint, name))
@@ -87,15 +88,10 @@ def last_recorded_epoch(checkpoint: str) -> int | None:
 
 def marks(participant: EpochParticipant[Any], pool: TransactionPool,
           partitions: list[int]) -> dict[int, JsonDict | None]:
-    """Each partition's last committed mark, read without fencing (both slots: an
-    epoch's participant is its slot's; the later mark is the partition's)."""
-    found: dict[int, JsonDict | None] = {}
-    for partition in partitions:
-        seen = [participant.peek_mark(pool.transaction(epoch, partition, 0, 0))
-                for epoch in (0, 1)]
-        found[partition] = max((m for m in seen if m is not None),
-                               key=lambda m: int(m.get("epoch", -1)), default=None)
-    return found
+    """Each partition's last committed mark, read without fencing (a partition has
+    one mark, whichever slot committed it)."""
+    return {partition: participant.peek_mark(pool.transaction(0, partition, 0, 0))
+            for partition in partitions}
 
 
 def fence_partitions(participant: EpochParticipant[Any], pool: TransactionPool,
@@ -106,7 +102,7 @@ def fence_partitions(participant: EpochParticipant[Any], pool: TransactionPool,
     for partition in partitions:
         for epoch in (0, 1):
             txn = pool.transaction(epoch, partition, 0, 0)
-            participant.abort_epoch(participant.open_epoch(txn))
+            participant.fence_epoch(txn)
             fenced.append(txn.participant_id)
     return fenced
 

@@ -17,6 +17,8 @@ receives them while the epoch runs, and they stay invisible until its commit).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import logging
 import time
 import uuid
@@ -28,13 +30,17 @@ from sparkeos.core.config import Guarantee, validate_sink_name
 from sparkeos.core.errors import AttemptFencedError, ConfigurationError
 from sparkeos.core.faults import FaultPlan
 from sparkeos.core.observe import log_event
-from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction, TransactionalSink
-from sparkeos.core.snapshot.positions import AttemptOf, EpochPositions, Mark, superseded
+from sparkeos.core.protocol import EpochParticipant, Transaction, TransactionalSink
+from sparkeos.core.snapshot.positions import AttemptOf, EpochPositions, Mark
 from sparkeos.core.snapshot.txpool import query_key_for
 
-from . import epochrecord, identity
+from . import epochchecks, epochrecord, identity
+from .epochopen import Opening
 
 ROWS_PER_WRITE = 1000
+OPEN_AHEAD = True
+"""``open`` returns at once; the epoch's transaction opens ahead of its rows
+(``epochopen``)."""
 _REAL_TIME_GUARANTEES = (Guarantee.EXACTLY_ONCE, Guarantee.AT_LEAST_ONCE)
 
 
@@ -44,7 +50,8 @@ class EpochWriter:
     one (partition, epoch) attempt."""
 
     def __init__(self, sink: TransactionalSink[Any], name: str, guarantee: Guarantee,
-                 checkpoint_location: str | None, rows_per_write: int) -> None:
+                 checkpoint_location: str | None, rows_per_write: int,
+                 existing_output: str = "refuse") -> None:
         self.name = validate_sink_name(name)
         if not isinstance(sink, TransactionalSink):
             raise ConfigurationError(
@@ -62,6 +69,12 @@ class EpochWriter:
             raise ConfigurationError(
                 f"{type(sink).__name__} does not offer {guarantee.value}", sink=name,
                 fix="pick a guarantee the sink offers")
+        if existing_output not in ("refuse", "accept"):
+            raise ConfigurationError(
+                f"existing_output must be 'refuse' or 'accept', not {existing_output!r}",
+                sink=name, fix="leave the default ('refuse'), or pass 'accept' to write "
+                "beside another query's output of this sink name on purpose")
+        self.existing_output = existing_output
         if rows_per_write < 1:
             raise ConfigurationError(f"rows_per_write must be at least 1, not "
                                      f"{rows_per_write}", sink=name, fix="leave the default")
@@ -75,6 +88,7 @@ class EpochWriter:
                     fix="pass checkpoint_location=<the query's checkpointLocation>, on a "
                     "file system every executor reaches")
         self.participant: EpochParticipant[Any] = sink.epoch_participant()
+        self.destination = json.dumps(sink.identity(), sort_keys=True, default=str)
         if checkpoint_location:
             _record_writer(checkpoint_location, self.name, sink)
         self.guarantee = guarantee
@@ -84,9 +98,16 @@ class EpochWriter:
         one per writer, not one per task."""
         self.rows_per_write = rows_per_write
         self.faults = FaultPlan.from_env()
+        self.open_ahead = OPEN_AHEAD
+        self.last_epoch: dict[str, Any] = {}
+        """What this task's last committed (partition, epoch) cost: ``rows`` written,
+        ``skipped`` (a replay's rows committed before), ``open_ms`` (peek, fence and mark;
+        ahead of the rows), ``commit_ms``, ``ms`` (open to committed)."""
+        self._open_ms = 0.0
         self._reset()
 
     def _reset(self) -> None:
+        self._opening: Opening[tuple[Any, EpochPositions]] | None = None
         self._handle: Any = None
         self._positions: EpochPositions | None = None
         self._rows: list[Any] = []
@@ -96,7 +117,7 @@ class EpochWriter:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_handle=None, _positions=None, _rows=[], _fields=None)
+        state.update(_opening=None, _handle=None, _positions=None, _rows=[], _fields=None)
         return state
 
     # -- ForeachWriter -----------------------------------------------------------------------
@@ -112,7 +133,7 @@ class EpochWriter:
             query = dataclasses.replace(query, run_key=self.run_key)
         self._refuse_recorded(epoch_id, partition_id)
         if self.checkpoint_location:
-            _record_partition(self.checkpoint_location, self.name, partition_id)
+            _record_partition(self.checkpoint_location, query.key, self.name, partition_id)
         this = _attempt_of(ctx)
         if this is None and ctx is not None and exactly_once:
             raise ConfigurationError(
@@ -123,29 +144,61 @@ class EpochWriter:
                 "the run ID), or use at_least_once_writer")
         attempt = ctx.attemptNumber() if ctx else 0
         txn = query.pool(self.name).transaction(epoch_id, partition_id, 0, attempt)
+        self._abandon_unclosed()
+        self._started = time.perf_counter()
+        self._opening = Opening(functools.partial(self._open_transaction, query, txn, this),
+                                ahead=self.open_ahead)
+        return True
+
+    def _open_transaction(self, query: identity.QueryIdentity, txn: Transaction,
+                          this: AttemptOf | None) -> tuple[Any, EpochPositions]:
+        """Peek, fence, read the mark: the epoch's transaction, ready for rows."""
+        exactly_once = self.guarantee is Guarantee.EXACTLY_ONCE
         if exactly_once:
             # Before the fence: a superseded attempt must not fence the one Spark counts
             # (it would fail that task for nothing).
-            self._refuse_superseded(self.participant.peek_mark(txn), txn, this)
-        self._reset()
-        self._started = time.perf_counter()
+            epochchecks.refuse_superseded(self.name, epochchecks.peek(self.participant,
+                                                                      self.name, txn),
+                                          txn, this)
         handle = self.participant.open_epoch(txn)
         try:
             recorded = self.participant.epoch_mark(handle)
             mark = Mark.from_json(recorded) if recorded is not None else None
             if not query.durable:
                 mark = None  # nothing on record is known to be this query's: write all
-            self._refuse_superseded(recorded if query.durable else None, txn, this)
-            self._positions = EpochPositions(mark, epoch_id, exactly_once, self.name,
-                                             partition_id, this)
+            epochchecks.refuse_superseded(self.name, recorded if query.durable else None,
+                                          txn, this)
+            if mark is None and exactly_once and self.existing_output == "refuse":
+                epochchecks.refuse_existing_output(self.participant, self.name,
+                                                   self.destination, query.key, txn)
+            positions = EpochPositions(mark, txn.batch_id, exactly_once, self.name,
+                                       txn.partition, this)
         except BaseException:
             self.participant.abort_epoch(handle)
             raise
-        self._handle = handle
-        log_event("realtime.epoch_open", sink=self.name, query=query.key, batch=epoch_id,
-                  partition=partition_id, txn=txn.txn_id, start=self._positions.start,
-                  replay=self._positions.replay)
-        return True
+        self._open_ms = (time.perf_counter() - self._started) * 1000
+        log_event("realtime.epoch_open", sink=self.name, query=query.key, batch=txn.batch_id,
+                  partition=txn.partition, txn=txn.txn_id, start=positions.start,
+                  replay=positions.replay, ms=round(self._open_ms, 1))
+        return handle, positions
+
+    def _await_open(self) -> None:
+        """Wait for the epoch's open (it may run ahead of the rows); raise what it
+        raised, each time."""
+        if self._opening is not None and self._handle is None:
+            self._handle, self._positions = self._opening.result()
+
+    def _abandon_unclosed(self) -> None:
+        """An epoch this object opened and nobody closed (Spark always closes; a
+        caller of its own may not): its transaction is aborted, never reused."""
+        if self._opening is not None:
+            try:
+                self._await_open()
+            except BaseException:  # its open failed: nothing was opened
+                pass
+        if self._handle is not None:
+            self._abort_quietly(self._handle)
+        self._reset()
 
     def process(self, row: Any) -> None:
         self._rows.append(row)
@@ -153,6 +206,13 @@ class EpochWriter:
             self._write_rows()
 
     def close(self, error: BaseException | None) -> None:
+        try:
+            self._await_open()
+        except BaseException:
+            self._reset()
+            if error is None:
+                raise  # rows were read that nothing can commit: the task must fail
+            return
         handle, positions = self._handle, self._positions
         if handle is None or positions is None:
             return
@@ -169,12 +229,17 @@ class EpochWriter:
             # ended, which a replay that read nothing must record.
             self._refuse_recorded(positions.epoch, positions.partition)
             self.faults.epoch("epoch_before_commit", positions.epoch, positions.partition)
+            committing = time.perf_counter()
             self.participant.commit_epoch(handle, mark.as_json())
             self.faults.epoch("epoch_after_commit", positions.epoch, positions.partition)
-            log_event("realtime.epoch_committed", sink=self.name, batch=positions.epoch,
-                      partition=positions.partition, rows=self._written,
-                      skipped=positions.skipped, end=mark.end,
-                      ms=round((time.perf_counter() - self._started) * 1000, 1))
+            self.last_epoch = {
+                "epoch": positions.epoch, "partition": positions.partition,
+                "rows": self._written, "skipped": positions.skipped,
+                "open_ms": round(self._open_ms, 1),
+                "commit_ms": round((time.perf_counter() - committing) * 1000, 1),
+                "ms": round((time.perf_counter() - self._started) * 1000, 1)}
+            log_event("realtime.epoch_committed", sink=self.name, end=mark.end,
+                      **self.last_epoch)
         except BaseException:
             self._abort_quietly(handle)
             raise
@@ -183,7 +248,10 @@ class EpochWriter:
 
     # -- rows ------------------------------------------------------------------------------
     def _write_rows(self) -> None:
-        if not self._rows or self._positions is None:
+        if not self._rows:
+            return
+        self._await_open()
+        if self._positions is None:
             return
         rows, self._rows = self._rows, []
         if self._fields is None:
@@ -196,19 +264,6 @@ class EpochWriter:
             [pa.array(_plain(column)) for column in columns], names=self._fields)
         for rows in self._positions.take(self.participant.epoch_rows(batch)):
             self._write(rows)
-
-    def _refuse_superseded(self, recorded: JsonDict | None, txn: Transaction,
-                           this: AttemptOf | None) -> None:
-        """An attempt whose (partition, epoch) a later attempt of the same query run
-        has committed is one Spark no longer counts (``positions.superseded``)."""
-        mark = Mark.from_json(recorded) if recorded is not None else None
-        if superseded(mark, txn.batch_id, this):
-            raise AttemptFencedError(
-                f"epoch {txn.batch_id} of partition {txn.partition} was committed by a "
-                f"later attempt of this query run ({mark.by if mark else None}): this "
-                f"attempt ({this}) is one Spark no longer counts, and writes nothing",
-                sink=self.name, batch_id=txn.batch_id,
-                fix="nothing to do: the attempt Spark counts has committed the epoch")
 
     def _refuse_recorded(self, epoch: int, partition: int) -> None:
         """An attempt of an epoch Spark has recorded as done (``commits/<epoch>`` in the
@@ -312,15 +367,19 @@ def _plain(values: tuple[Any, ...]) -> list[Any]:
 
 def exactly_once_writer(sink: TransactionalSink[Any], name: str, *,
                         checkpoint_location: str | None = None,
-                        rows_per_write: int = ROWS_PER_WRITE) -> EpochWriter:
+                        rows_per_write: int = ROWS_PER_WRITE,
+                        existing_output: str = "refuse") -> EpochWriter:
     """A ForeachWriter for ``df.writeStream.foreach(...)`` that writes each row once, in
     real-time mode (``trigger(realTime=...)``) and under micro-batch triggers.
 
     ``name`` identifies the sink within the query and must stay the same across
     restarts. ``checkpoint_location``: the query's, where the tasks can read it (the
-    query's identity is also read from the running query)."""
+    query's identity is also read from the running query). ``existing_output``: a new
+    query (checkpoint) over a destination that holds another query's output of this
+    name is refused ('refuse', the default: a lost checkpoint would write it all again),
+    or written beside it ('accept')."""
     return EpochWriter(sink, name, Guarantee.EXACTLY_ONCE, checkpoint_location,
-                       rows_per_write)
+                       rows_per_write, existing_output)
 
 
 def at_least_once_writer(sink: TransactionalSink[Any], name: str, *,

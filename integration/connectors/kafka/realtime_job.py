@@ -48,6 +48,8 @@ class RealTimeJobSpec:
     """Set: write ``id`` and ``payload`` into ``pg_table`` through PostgresSink instead."""
     pg_table: str = ""
     pg_marker_table: str = "sparkeos_markers"
+    connect: bool = False
+    """Through Spark Connect (a local Connect server started by this job)."""
 
 
 def run_realtime_job(spec: RealTimeJobSpec, fault: str | None = None,
@@ -134,9 +136,18 @@ def main(argv: list[str]) -> int:
 
     with open(argv[0]) as fh:
         spec = RealTimeJobSpec(**json.load(fh))
-    spark = local_session("sparkeos-realtime-job", "local[4]", {
-        "spark.jars": ",".join(spark_kafka_jars()),
-        "spark.sql.streaming.realTimeMode.minBatchDuration": MIN_EPOCH_MS})
+    conf = {"spark.jars": ",".join(spark_kafka_jars()),
+            "spark.sql.streaming.realTimeMode.minBatchDuration": MIN_EPOCH_MS}
+    if spec.connect:
+        from sparkeos.core.faults import KILL_GROUP_ENV
+        from sparkeos.core.streaming.spark import connect_session
+
+        # The writer runs in the Connect server's Python workers: a kill there kills
+        # this job's whole process group, the server with it.
+        os.environ[KILL_GROUP_ENV] = str(os.getpgid(0))
+        spark = connect_session("sparkeos-realtime-job", "local[4]", conf)
+    else:
+        spark = local_session("sparkeos-realtime-job", "local[4]", conf)
     stop = threading.Event()
     producing = threading.Thread(target=produce_input, args=(spec, stop), daemon=True)
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", spec.bootstrap)

@@ -78,6 +78,24 @@ def test_every_record_once_after_kills_at_each_point_of_an_epoch(
     assert max(seen.values()) == 1, seen.most_common(3)
 
 
+@pytest.mark.chaos
+@pytest.mark.connect
+def test_every_record_once_through_spark_connect(spec: RealTimeJobSpec) -> None:
+    """Real-time mode runs on Spark Connect: the writer is made in the client, pickled
+    to the server's tasks, which read the query's run ID and checkpoint as in a classic
+    session. The server's whole process group killed right after a commit, restarted,
+    run to the end: every record once."""
+    on_connect = RealTimeJobSpec(**{**spec.__dict__, "connect": True, "total": 1000})
+    result = run_realtime_job(on_connect, fault="epoch_after_commit")
+    assert result.crashed, result.tail()
+    result = run_realtime_job(on_connect)
+    assert result.returncode == 0, result.tail()
+    seen = output_ids(on_connect)
+    assert sorted(seen) == list(range(on_connect.total)), \
+        sorted(set(range(on_connect.total)) - set(seen))
+    assert max(seen.values()) == 1, seen.most_common(3)
+
+
 def status_and_recover_end_the_open_epoch(spec: RealTimeJobSpec) -> None:
     """The query died with partition 0's epoch transaction open (it holds
     ``read_committed`` readers back): ``sparkeos status`` shows the writer's partitions

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.protocol import TransactionalSink
 from sparkeos.core.streaming import epochrecord, identity
 from sparkeos.core.streaming.realtime import EpochWriter, exactly_once_writer
@@ -39,12 +40,15 @@ class EpochConformance:
     def visible_ids(self, workdir: str) -> list[int]:
         raise NotImplementedError
 
-    def writer(self, workdir: str) -> EpochWriter:
-        checkpoint = Path(workdir) / "checkpoint"
+    def writer(self, workdir: str, checkpoint_name: str = "checkpoint",
+               existing_output: str = "refuse") -> EpochWriter:
+        checkpoint = Path(workdir) / checkpoint_name
         checkpoint.mkdir(exist_ok=True)
-        (checkpoint / "metadata").write_text(json.dumps({"id": f"rt-{workdir}"}) + "\n")
+        (checkpoint / "metadata").write_text(
+            json.dumps({"id": f"rt-{checkpoint}"}) + "\n")
         return exactly_once_writer(self.make_sink(workdir), "rt",
-                                   checkpoint_location=str(checkpoint), rows_per_write=4)
+                                   checkpoint_location=str(checkpoint), rows_per_write=4,
+                                   existing_output=existing_output)
 
     @staticmethod
     def epoch(writer: EpochWriter, partition: int, epoch: int, ids: range | list[int],
@@ -97,6 +101,7 @@ class EpochConformance:
         pool = identity.of_checkpoint(checkpoint).pool("rt")
         participant = writer.participant
         open_attempt = self.writer(workdir)
+        open_attempt.open_ahead = False  # its fence comes before the peek below
         self.epoch(open_attempt, 0, 1, range(5, 8), close=False)
         mark = epochrecord.marks(participant, pool, [0])[0]
         assert mark is not None and mark["epoch"] == 0, mark
@@ -109,6 +114,20 @@ class EpochConformance:
         with pytest.raises(Exception):  # noqa: B017 - whatever the destination says
             left_open.close(None)
         assert_exactly_once(self.visible_ids(workdir), list(range(0, 8)))
+
+    def test_a_new_checkpoint_over_committed_output_is_refused(self, workdir: str) -> None:
+        """The lost-checkpoint guard: a query with a new checkpoint (another query key)
+        whose partition has no mark yet finds the output another query committed under
+        the same name and refuses, writing nothing; ``existing_output='accept'`` writes
+        beside it on purpose."""
+        self.epoch(self.writer(workdir), 0, 0, range(0, 5))
+        with pytest.raises(ConfigurationError, match="another query"):
+            self.epoch(self.writer(workdir, "new-checkpoint"), 0, 0, range(0, 5))
+        assert_exactly_once(self.visible_ids(workdir), list(range(0, 5)))
+        self.epoch(self.writer(workdir, "new-checkpoint", existing_output="accept"), 0, 0,
+                   range(5, 8))
+        self.epoch(self.writer(workdir), 0, 1, range(8, 10))  # the first query goes on
+        assert_exactly_once(self.visible_ids(workdir), list(range(0, 10)))
 
 
 __all__ = ["EpochConformance", "row"]

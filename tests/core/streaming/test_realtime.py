@@ -4,6 +4,7 @@ participant: what Spark's ForeachWriter calls, in the orders a crash leaves."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,11 +42,21 @@ class Memory(EpochParticipant[Open]):
     marks: dict[int, JsonDict] = field(default_factory=dict)
     participants: set[str] = field(default_factory=set)
     opened: int = 0
+    other_output: str | None = None
+    """What ``output_of_other_queries`` says (another query's output of the name)."""
+
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        return self.other_output
 
     def peek_mark(self, txn: Transaction) -> JsonDict | None:
         return self.marks.get(txn.partition)
 
+    fail_open: Exception | None = None
+    aborted: int = 0
+
     def open_epoch(self, txn: Transaction) -> Open:
+        if self.fail_open is not None:
+            raise self.fail_open
         self.participants.add(txn.participant_id)
         self.opened += 1
         return Open(txn)
@@ -61,6 +72,7 @@ class Memory(EpochParticipant[Open]):
         self.marks[handle.txn.partition] = json.loads(json.dumps(mark))
 
     def abort_epoch(self, handle: Open) -> None:
+        self.aborted += 1
         handle.rows.clear()
 
 
@@ -70,7 +82,8 @@ def MemorySink(memory: Memory) -> EpochOnlySink:
 
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> str:
-    (tmp_path / "metadata").write_text(json.dumps({"id": "3f0c-query"}) + "\n")
+    # A query of its own per test: what a process learned of one query stays learned.
+    (tmp_path / "metadata").write_text(json.dumps({"id": f"query-{tmp_path.name}"}) + "\n")
     return str(tmp_path)
 
 
@@ -226,3 +239,74 @@ def test_a_task_without_a_run_id_is_refused_under_exactly_once(
     epoch(at_least_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint),
           0, 0, [1])
     assert memory.rows == {0: [1]}
+
+
+def test_a_partition_without_a_mark_over_other_queries_output_is_refused(
+        checkpoint: str) -> None:
+    """The lost-checkpoint guard: asked only while a partition has no mark of this query;
+    refused under exactly-once (nothing written), unless existing_output='accept'."""
+    memory = Memory(other_output="marks of query key 9f2e")
+    with pytest.raises(ConfigurationError, match="another query"):
+        epoch(exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint),
+              0, 0, [1, 2])
+    assert memory.rows == {}
+    accepting = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint,
+                                    existing_output="accept")
+    epoch(accepting, 0, 0, [1, 2])
+    epoch(exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint),
+          0, 1, [3])  # the partition has a mark of this query now: not asked
+    assert memory.rows == {0: [1, 2, 3]}
+    with pytest.raises(ConfigurationError, match="existing_output"):
+        exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint,
+                            existing_output="skip")
+
+
+def test_an_open_that_fails_ahead_of_the_rows_fails_the_task_every_time_it_is_asked(
+        checkpoint: str) -> None:
+    """The transaction opens on a thread while rows arrive: its failure reaches the
+    task at the first write, again at close(None) (rows were read that nothing can
+    commit), and close(error) ends quietly; nothing is committed."""
+    memory = Memory(fail_open=ConnectionError("broker down"))
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint,
+                                 rows_per_write=2)
+    assert writer.open(0, 0)
+    writer.process(Row(id=1, payload="a"))
+    with pytest.raises(ConnectionError):
+        writer.process(Row(id=2, payload="b"))
+    with pytest.raises(ConnectionError):
+        writer.close(None)
+    assert writer.open(0, 0)
+    writer.close(RuntimeError("the task failed"))
+    assert memory.rows == {} and memory.marks == {}
+
+
+def test_an_epoch_left_unclosed_is_aborted_by_the_next_open(checkpoint: str) -> None:
+    memory = Memory()
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint,
+                                 rows_per_write=1)
+    epoch(writer, 1, 0, [7], commit=False)
+    epoch(writer, 0, 0, [1, 2])
+    assert memory.aborted == 1 and memory.rows == {0: [1, 2]} and set(memory.marks) == {0}
+
+
+def test_the_writer_records_itself_and_its_partitions_for_status_and_recover(
+        checkpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkeos.cli import main
+    from sparkeos.core.streaming import epochrecord
+
+    memory = Memory()
+    writer = exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
+    epoch(writer, 0, 0, [1])
+    epoch(writer, 1, 0, [2])
+    directory = Path(epochrecord.sink_directory(checkpoint, "out"))
+    assert epochrecord.recorded_partitions(os.listdir(directory)) == [0, 1]
+    assert json.loads((directory / "sink.json").read_text())["route"] == "realtime"
+    assert main(["status", checkpoint]) == 0
+    assert "real-time writer" in capsys.readouterr().out
+    assert main(["recover", "--dry-run", checkpoint]) == 0
+    assert "would fence partitions [0, 1]" in capsys.readouterr().out
+    assert main(["recover", checkpoint]) == 2  # no lease tells a running query
+    assert "stop the query" in capsys.readouterr().err
+    (directory / "sink.json").write_text(json.dumps({"sink_type": "x"}))  # micro-batch's
+    with pytest.raises(ConfigurationError, match="micro-batch commit log"):
+        exactly_once_writer(MemorySink(memory), "out", checkpoint_location=checkpoint)
