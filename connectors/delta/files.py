@@ -1,0 +1,217 @@
+"""The data files of a Delta table written by one attempt, before any commit references
+them: Parquet files inside the table's directory (in ``col=value/`` directories for a
+partitioned table, as Spark's and delta-rs' writers lay them out), named after the
+attempt's transaction ID, and the attempt's manifest, written ahead of each file, that
+lets a rollback find them without listing the table.
+
+``<table>/_sparkeos/attempts/<txn_id>.json``: ``{"files": [relative paths]}``. Delta
+ignores directories whose names start with ``_`` (readers and VACUUM alike).
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.text.sparktext import escape_path_name
+
+SPARKEOS_DIR = "_sparkeos"
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One written file, as a Delta add action names it."""
+
+    path: str
+    """Relative to the table's root, ``/``-separated."""
+    size: int
+    partition_values: dict[str, str | None]
+    rows: int
+
+    def as_json(self) -> dict[str, object]:
+        return {"path": self.path, "size": self.size,
+                "partition_values": self.partition_values, "rows": self.rows}
+
+    @staticmethod
+    def from_json(data: dict[str, object]) -> DataFile:
+        values = data["partition_values"]
+        assert isinstance(values, dict)
+        return DataFile(str(data["path"]), int(str(data["size"])),
+                        {str(k): (None if v is None else str(v)) for k, v in values.items()},
+                        int(str(data["rows"])))
+
+
+def manifest_path(root: str, txn_id: str) -> str:
+    return os.path.join(root, SPARKEOS_DIR, "attempts", f"{txn_id}.json")
+
+
+def claim(root: str, txn_id: str) -> bool:
+    """Create the attempt's manifest if no attempt of this ID has one (exclusive:
+    two attempts of one ID at once, one wins)."""
+    target = manifest_path(root, txn_id)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    try:
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"files": []}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True
+
+
+def write_manifest(root: str, txn_id: str, paths: Sequence[str]) -> None:
+    """Replace the attempt's manifest (durable before the file it names is written)."""
+    target = manifest_path(root, txn_id)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    temporary = f"{target}.tmp"
+    with open(temporary, "w") as fh:
+        json.dump({"files": list(paths)}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(temporary, target)
+
+
+def read_manifest(root: str, txn_id: str) -> list[str] | None:
+    try:
+        with open(manifest_path(root, txn_id)) as fh:
+            return [str(p) for p in json.load(fh)["files"]]
+    except FileNotFoundError:
+        return None
+
+
+def delete_manifest(root: str, txn_id: str) -> None:
+    for path in (manifest_path(root, txn_id), f"{manifest_path(root, txn_id)}.tmp"):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+PARTITION_TYPES = "strings, integers, booleans and dates"
+
+
+def check_partition_column(name: str, kind: pa.DataType) -> None:
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or pa.types.is_integer(kind) or pa.types.is_boolean(kind)
+            or pa.types.is_date32(kind)):
+        raise ConfigurationError(
+            f"partition column {name!r} is of type {kind}: the Delta sink partitions by "
+            f"{PARTITION_TYPES} so far",
+            fix=f"partition by a column of those types (e.g. a date cast from {name!r})")
+
+
+def value_text(value: object) -> str | None:
+    """A partition value as Delta's add action and the directory name spell it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return str(value)
+
+
+def split_by_partition(batch: pa.RecordBatch, columns: Sequence[str]
+                       ) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
+    """The batch's rows per partition (partition columns dropped, as Delta stores them
+    only in the log)."""
+    table = pa.Table.from_batches([batch])
+    if not columns:
+        yield {}, table
+        return
+    keys = table.select(list(columns)).group_by(list(columns)).aggregate([]).to_pylist()
+    data = table.drop_columns(list(columns))
+    for key in keys:
+        mask = None
+        for column in columns:
+            value = key[column]
+            this = (pc.is_null(table[column]) if value is None
+                    else pc.equal(table[column], pa.scalar(value, table.schema.field(column).type)))
+            mask = this if mask is None else pc.and_(mask, this)
+        yield ({c: value_text(key[c]) for c in columns}, data.filter(mask))
+
+
+def partition_dir(values: dict[str, str | None]) -> str:
+    return "/".join(f"{escape_path_name(column)}="
+                    f"{DEFAULT_PARTITION if value is None else escape_path_name(value)}"
+                    for column, value in values.items())
+
+
+def write_file(root: str, relative: str, table: pa.Table) -> int | None:
+    """Write and fsync one Parquet file under a temporary name, then link it into
+    place, which never replaces a file: None if the name exists (a file of the same
+    attempt ID is there already, perhaps committed: this attempt is a zombie)."""
+    target = os.path.join(root, relative)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    temporary = f"{target}.{os.getpid()}.tmp"
+    pq.write_table(table, temporary)
+    try:
+        with open(temporary, "rb") as fh:
+            os.fsync(fh.fileno())
+        try:
+            os.link(temporary, target)
+        except FileExistsError:
+            return None
+        return os.path.getsize(target)
+    finally:
+        os.remove(temporary)
+
+
+def delete_files(root: str, paths: Sequence[str]) -> None:
+    for relative in paths:
+        target = os.path.join(root, relative)
+        for path in [target, *glob.glob(glob.escape(target) + ".*.tmp")]:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
+
+def normalised(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch in the types a Delta table holds: timestamps in microseconds (in UTC
+    where they have a zone: Spark hands them in the session's), plain strings and
+    binaries."""
+    fields = [pa.field(f.name, _delta_type(f.type), f.nullable) for f in batch.schema]
+    schema = pa.schema(fields)
+    return batch if schema.equals(batch.schema) else batch.cast(schema, safe=False)
+
+
+def _delta_type(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(kind):
+        return pa.timestamp("us", tz="UTC" if kind.tz else None)
+    if pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return pa.string()
+    if pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+        return pa.binary()
+    return kind
+
+
+__all__ = [
+    "DEFAULT_PARTITION",
+    "SPARKEOS_DIR",
+    "DataFile",
+    "check_partition_column",
+    "claim",
+    "delete_files",
+    "delete_manifest",
+    "manifest_path",
+    "normalised",
+    "partition_dir",
+    "read_manifest",
+    "split_by_partition",
+    "value_text",
+    "write_file",
+    "write_manifest",
+]

@@ -1,0 +1,224 @@
+"""The Delta table's log, through delta-rs (``deltalake``): one commit adds every file of
+a batch, with a ``SetTransaction`` of the sink's app ID and the batch as its version.
+Delta's own rule makes it idempotent: the commit first reads the app ID's version and
+does nothing when it holds the batch; two committers of one batch at once are told
+apart by delta-rs' conflict check (a concurrent commit of the same app ID fails, and
+the loser reads the version again). The first commit creates the table.
+
+Which queries wrote a sink name into the table is recorded beside the log, for the
+lost-checkpoint check (an app ID holds its query's key, and delta-rs can only be asked
+for the version of an app ID it is given): ``<table>/_sparkeos/queries/<sink>/<key>``,
+written before the query's first commit.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from sparkeos.core.errors import ConfigurationError, RetriableError
+
+from .files import SPARKEOS_DIR, DataFile
+
+T = TypeVar("T")
+COMMIT_ATTEMPTS = 20
+"""Commits retried after a conflict (another writer committed first) before giving up."""
+
+
+def app_id(query_key: str, sink: str) -> str:
+    return f"sparkeos.{query_key}.{sink}"
+
+
+_OPEN = threading.local()
+"""This thread's loaded tables by root: brought up to date (``update_incremental``)
+instead of loaded again, so a commit does not read the whole log (a stream's table
+grows by a version per batch). Per thread: delta-rs' table objects take one caller at
+a time."""
+
+
+def _table(root: str) -> Any:
+    from deltalake import DeltaTable
+
+    tables: dict[str, Any] = getattr(_OPEN, "tables", None) or {}
+    _OPEN.tables = tables
+    cached = tables.get(root)
+    if cached is not None:
+        try:
+            cached.update_incremental()
+            return cached
+        except Exception:  # replaced or removed underneath: load it afresh
+            tables.pop(root, None)
+    if not DeltaTable.is_deltatable(root):
+        return None
+    table = tables[root] = DeltaTable(root)
+    return table
+
+
+def _forget(root: str) -> None:
+    getattr(_OPEN, "tables", {}).pop(root, None)
+
+
+def _read(root: str, read: Callable[[Any], T], empty: T) -> T:
+    """``read(table)``; ``empty`` without a table. A cached table that fails is
+    loaded afresh once (the table may have been replaced at its path)."""
+    for fresh in (False, True):
+        table = _table(root)
+        if table is None:
+            return empty
+        try:
+            return read(table)
+        except Exception:
+            _forget(root)
+            if fresh:
+                raise
+    raise AssertionError("unreachable")
+
+
+def committed_version(root: str, query_key: str, sink: str) -> int | None:
+    """The last batch the table holds for this (query, sink); None if none."""
+    app = app_id(query_key, sink)
+
+    def version(table: Any) -> int | None:
+        found = table.transaction_version(app)
+        return None if found is None else int(found)
+
+    return _read(root, version, None)
+
+
+def referenced(root: str) -> set[str]:
+    """The paths (relative, unescaped as the manifests hold them) of every file the
+    table's current version references."""
+    def paths(table: Any) -> set[str]:
+        column = table.get_add_actions(flatten=True).column("path").to_pylist()
+        return {urllib.parse.unquote(str(p)) for p in column}
+
+    return _read(root, paths, set())
+
+
+def partition_columns(root: str) -> list[str] | None:
+    return _read(root, lambda table: list(table.metadata().partition_columns), None)
+
+
+def record_query(root: str, query_key: str, sink: str) -> None:
+    path = os.path.join(root, SPARKEOS_DIR, "queries", sink, query_key)
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w"):
+            pass
+
+
+def other_queries(root: str, query_key: str, sink: str) -> list[str]:
+    """Query keys other than ``query_key`` that committed ``sink`` here: the records
+    beside the log, and the commits' own metadata (a copy of the table that lost the
+    records still has its log)."""
+    directory = os.path.join(root, SPARKEOS_DIR, "queries", sink)
+    try:
+        found = set(os.listdir(directory))
+    except FileNotFoundError:
+        found = set()
+
+    def committed(table: Any) -> set[str]:
+        return {str(c.get("sparkeos.query")) for c in table.history()
+                if c.get("sparkeos.sink") == sink and c.get("sparkeos.query")}
+
+    found |= _read(root, committed, set())
+    return sorted(found - {query_key})
+
+
+def commit_batch(root: str, schema: pa.Schema, partition_by: Sequence[str],
+                 files: Sequence[DataFile], query_key: str, sink: str, batch: int,
+                 app_version: bool = True) -> bool:
+    """Add ``files`` to the table in one commit; False when the table already holds
+    the batch (``app_version``: under the sink's app ID, else no idempotence: the
+    at-least-once path)."""
+    from deltalake.transaction import AddAction
+
+    now = int(time.time() * 1000)
+    actions = [AddAction(f.path, f.size, f.partition_values, now, True,
+                         f'{{"numRecords":{f.rows}}}') for f in files]
+
+    def append(table: Any, properties: Any) -> None:
+        table.create_write_transaction(actions, "append", schema,
+                                       partition_by=list(partition_by) or None,
+                                       commit_properties=properties)
+
+    return _once(root, schema, partition_by, query_key, sink, batch, app_version, append)
+
+
+def merge_batch(root: str, schema: pa.Schema, partition_by: Sequence[str],
+                key: Sequence[str], staged: Sequence[str], query_key: str, sink: str,
+                batch: int, app_version: bool = True) -> bool:
+    """MERGE the staged rows into the table by ``key`` (matched: every column
+    updated; not matched: inserted) in one commit; False when the table already holds
+    the batch (as ``commit_batch``)."""
+    import pyarrow.parquet as pq
+
+    from .upsert import merge_predicate
+
+    def merge(table: Any, properties: Any) -> None:
+        source = pa.concat_tables([pq.read_table(path) for path in staged]).cast(schema)
+        (table.merge(source, merge_predicate(key), source_alias="s", target_alias="t",
+                     commit_properties=properties)
+         .when_matched_update_all().when_not_matched_insert_all().execute())
+
+    return _once(root, schema, partition_by, query_key, sink, batch, app_version, merge)
+
+
+def _once(root: str, schema: pa.Schema, partition_by: Sequence[str], query_key: str,
+          sink: str, batch: int, app_version: bool,
+          commit: Callable[[Any, Any], None]) -> bool:
+    """``commit(table, properties)`` until it goes through, unless the table holds the
+    batch already (read again after every conflict: a twin may have committed it)."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import CommitProperties, Transaction
+
+    app = app_id(query_key, sink)
+    for _ in range(COMMIT_ATTEMPTS):
+        table = _table(root)
+        if table is None:
+            _create(root, schema, partition_by)
+            continue
+        done = table.transaction_version(app) if app_version else None
+        if done is not None and done >= batch:
+            return False
+        properties = CommitProperties(
+            app_transactions=[Transaction(app, batch)] if app_version else None,
+            custom_metadata={"sparkeos.sink": sink, "sparkeos.query": query_key,
+                             "sparkeos.batch": batch})
+        try:
+            commit(table, properties)
+            return True
+        except CommitFailedError:
+            del table
+            _forget(root)
+    raise RetriableError(
+        f"the Delta table at {root} changed under {COMMIT_ATTEMPTS} commits of batch "
+        f"{batch} in a row (other writers commit to it all the time)", sink=sink,
+        batch_id=batch, fix="the batch is still decided: restart the query (or run "
+        "`sparkeos recover`) once the other writers calm down")
+
+
+def _create(root: str, schema: pa.Schema, partition_by: Sequence[str]) -> None:
+    from deltalake import DeltaTable
+
+    try:
+        DeltaTable.create(root, schema, mode="error", partition_by=list(partition_by) or None)
+    except Exception as exc:
+        if DeltaTable.is_deltatable(root):
+            return  # another committer created it first
+        raise ConfigurationError(f"cannot create a Delta table at {root}: {exc}",
+                                 fix="check the path and its permissions") from None
+
+
+def table_schema(root: str) -> pa.Schema | None:
+    return _read(root, lambda table: pa.schema(table.schema().to_arrow()), None)
+
+
+__all__ = ["COMMIT_ATTEMPTS", "app_id", "commit_batch", "committed_version", "merge_batch",
+           "other_queries", "partition_columns", "record_query", "referenced", "table_schema"]

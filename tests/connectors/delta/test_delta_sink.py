@@ -1,0 +1,199 @@
+"""DeltaSink's protocol against a real Delta table (delta-rs), without Spark: partition
+directories and values as delta-rs' own writer lays them out, the schema, the
+at-least-once path, the lost-checkpoint record and what a rollback may delete."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from sparkeos.connectors.delta import DeltaSink
+from sparkeos.core.config import CoordinatorConfig, Guarantee
+from sparkeos.core.errors import (
+    AttemptFencedError,
+    ConfigurationError,
+    DataRejectedError,
+    TransactionAbortedError,
+)
+from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.snapshot.txpool import TransactionPool
+from sparkeos.testing.inprocess import ArrowRunner, MemoryStore
+
+POOL = TransactionPool("q1", "orders")
+
+
+def batch(ids: list[int], days: list[datetime.date | None]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({
+        "id": pa.array(ids, pa.int64()), "payload": [f"p{i}" for i in ids],
+        "day": pa.array(days, pa.date32())})
+
+
+def prepared(sink: DeltaSink, batch_id: int, partition: int, rows: pa.RecordBatch,
+             pool: TransactionPool = POOL) -> tuple[object, dict[str, object]]:
+    txn = pool.transaction(batch_id, partition, 0, 0)
+    handle = sink.begin(txn)
+    sink.write(handle, rows)
+    return txn, sink.prepare(handle)
+
+
+def test_a_partitioned_batch_is_one_commit_laid_out_as_delta_rs_lays_it_out(
+        tmp_path: Path) -> None:
+    sink = DeltaSink(str(tmp_path / "ours"), partition_by=("day",))
+    days = [datetime.date(2026, 11, 27), datetime.date(2026, 11, 28), None]
+    items = [prepared(sink, 0, 0, batch([1, 2, 3], days)),
+             prepared(sink, 0, 1, batch([4], [days[1]]))]
+    sink.commit_merged(items, recovering=False)  # type: ignore[arg-type]
+    sink.commit_merged(items, recovering=True)  # type: ignore[arg-type]  # a twin: no-op
+    ours = DeltaTable(str(tmp_path / "ours"))
+    assert ours.version() == 1 and ours.transaction_version("sparkeos.q1.orders") == 0
+    theirs_path = str(tmp_path / "theirs")
+    write_deltalake(theirs_path, pa.Table.from_batches([batch([1, 2, 3, 4], [*days, days[1]])]),
+                    partition_by=["day"])
+    theirs = DeltaTable(theirs_path)
+    assert ours.schema().to_arrow() == theirs.schema().to_arrow()
+    assert sorted(ours.to_pyarrow_table().sort_by("id").to_pylist(), key=str) == \
+        sorted(theirs.to_pyarrow_table().sort_by("id").to_pylist(), key=str)
+
+    def directories(root: str) -> set[str]:
+        return {d for d in os.listdir(root) if not d.startswith("_")}
+
+    assert directories(str(tmp_path / "ours")) == directories(theirs_path)
+    assert {str(k): v for k, v in ours.partitions()[0].items()} in [
+        {str(k): v for k, v in p.items()} for p in theirs.partitions()]
+
+
+def test_a_rollback_deletes_only_what_no_commit_references(tmp_path: Path) -> None:
+    sink = DeltaSink(str(tmp_path / "t"))
+    committed = prepared(sink, 0, 0, batch([1], [None]))
+    sink.commit_merged([committed], recovering=False)  # type: ignore[list-item]
+    sink.rollback(committed[0])  # type: ignore[arg-type]  # never for a decided ID; harmless
+    left = prepared(sink, 1, 0, batch([2], [None]))
+    sink.rollback(left[0])  # type: ignore[arg-type]
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.to_pyarrow_table().column("id").to_pylist() == [1]
+    parquet = [n for n in os.listdir(tmp_path / "t") if n.endswith(".parquet")]
+    assert len(parquet) == 1 and not os.listdir(tmp_path / "t" / "_sparkeos" / "attempts")
+
+
+def test_at_least_once_commits_each_participant_and_other_queries_are_found(
+        tmp_path: Path) -> None:
+    sink = DeltaSink(str(tmp_path / "t"))
+    per_task = sink.for_guarantee(Guarantee.AT_LEAST_ONCE)
+    for partition in (0, 1):
+        txn, receipt = prepared(per_task, 0, partition, batch([partition], [None]))
+        per_task.commit(txn, receipt)  # type: ignore[arg-type]
+    assert sorted(DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("id").to_pylist()) \
+        == [0, 1]
+    sink.commit_merged([prepared(sink, 1, 0, batch([2], [None]))],  # type: ignore[list-item]
+                       recovering=False)
+    assert sink.output_of_other_queries("q1", "orders") is None
+    assert "q1" in (sink.output_of_other_queries("q2", "orders") or "")
+
+
+def test_what_the_sink_cannot_do_is_refused_up_front(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="local paths"):
+        DeltaSink("s3://bucket/orders")
+    sink = DeltaSink(str(tmp_path / "t"), partition_by=("amount",))
+    with pytest.raises(ConfigurationError, match="partitions by"):
+        sink.validate(pa.schema([("id", pa.int64()), ("amount", pa.float64())]))
+    with pytest.raises(ConfigurationError, match="not a column"):
+        DeltaSink(str(tmp_path / "t"), partition_by=("day",)).validate(
+            pa.schema([("id", pa.int64())]))
+
+
+def words(**counts: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"word": pa.array(list(counts), pa.string()),
+                                       "n": pa.array(list(counts.values()), pa.int64())})
+
+
+WORD_BATCHES = [[words(a=1, b=1), words(c=1)], [words(b=2), words()],
+                [words(a=2), words(c=3, d=1)]]
+
+
+@pytest.mark.parametrize("point", ALL_POINTS)
+def test_upsert_by_key_under_a_crash_at_every_point(tmp_path: Path, point: str) -> None:
+    """Update-mode counts MERGEd by key, each batch once, through the coordinator with
+    a crash at every protocol point of batch 1 and a restart."""
+    sink = DeltaSink(str(tmp_path / "wc"), key=("word",))
+    assert sink.cluster_by() == ("word",)
+    log, done = CommitLog(MemoryStore()), []
+
+    def run(faults: FaultPlan | None) -> None:
+        coord = Coordinator(sink, CoordinatorConfig(name="wc"), log, "qtest", faults)
+        for batch_id, partitions in enumerate(WORD_BATCHES):
+            if batch_id not in done:
+                coord.run_batch(batch_id, ArrowRunner(partitions))
+                done.append(batch_id)
+
+    try:
+        run(FaultPlan(point, 1, simulate=True))
+    except InjectedCrash:
+        pass
+    run(None)
+    rows = DeltaTable(str(tmp_path / "wc")).to_pyarrow_table().to_pylist()
+    assert {r["word"]: r["n"] for r in rows} == {"a": 2, "b": 2, "c": 3, "d": 1}
+    assert len(rows) == 4
+    staging = tmp_path / "wc" / "_sparkeos" / "staging"
+    assert not any(staging.rglob("*.parquet")) if staging.exists() else True
+
+
+def test_a_key_repeated_in_a_batch_is_refused(tmp_path: Path) -> None:
+    sink = DeltaSink(str(tmp_path / "wc"), key="word")
+    coord = Coordinator(sink, CoordinatorConfig(name="wc"), CommitLog(MemoryStore()), "q")
+    repeated = pa.RecordBatch.from_pydict({"word": ["a", "a"], "n": [1, 2]})
+    with pytest.raises((DataRejectedError, TransactionAbortedError), match="twice"):
+        coord.run_batch(0, ArrowRunner([repeated]))
+    assert not DeltaTable.is_deltatable(str(tmp_path / "wc"))
+
+
+def test_a_late_twin_of_an_older_upsert_batch_changes_nothing(tmp_path: Path) -> None:
+    """Batch 1 set a=5, batch 2 a=7; a twin committer of batch 1 that comes late (its
+    reply was lost) must not bring a=5 back: the app version keeps each batch to one
+    MERGE."""
+    sink = DeltaSink(str(tmp_path / "wc"), key=("word",))
+    late = prepared(sink, 1, 0, words(a=5))
+    late_copy = (late[0], dict(late[1]))
+    sink.commit_merged([late], recovering=False)  # type: ignore[list-item]
+    sink.commit_merged([prepared(sink, 2, 0, words(a=7))],  # type: ignore[list-item]
+                       recovering=False)
+    sink.commit_merged([late_copy], recovering=True)  # type: ignore[list-item]
+    assert DeltaTable(str(tmp_path / "wc")).to_pyarrow_table().to_pylist() == [
+        {"word": "a", "n": 7}]
+
+
+def test_a_batch_of_one_participant_commits_once_and_records_its_query(
+        tmp_path: Path) -> None:
+    """Exactly-once with one participant: the coordinator calls commit / recover_commit,
+    which are the merged commit of one (app version, query record); a zombie of the
+    committed attempt ID cannot replace its file."""
+    sink = DeltaSink(str(tmp_path / "t"))
+    txn, receipt = prepared(sink, 0, 0, batch([1], [None]))
+    sink.commit(txn, receipt)  # type: ignore[arg-type]
+    sink.recover_commit(txn, receipt)  # type: ignore[arg-type]
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.transaction_version("sparkeos.q1.orders") == 0 and table.version() == 1
+    assert "q1" in (sink.output_of_other_queries("q2", "orders") or "")
+    with pytest.raises(AttemptFencedError):  # the same ID again, after its commit
+        prepared(sink, 0, 0, batch([9], [None]))
+    assert DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("id").to_pylist() == [1]
+
+
+def test_an_empty_upsert_batch_and_a_null_key(tmp_path: Path) -> None:
+    sink = DeltaSink(str(tmp_path / "wc"), key=("word",))
+    none = pa.RecordBatch.from_pydict({"word": pa.array([None, "a"], pa.string()),
+                                       "n": pa.array([1, 1], pa.int64())})
+    for batch_id, rows in enumerate([none, words(), none]):
+        txn = POOL.transaction(batch_id, 0, 0, 0)
+        handle = sink.begin(txn)
+        sink.write(handle, rows)
+        sink.commit(txn, sink.prepare(handle))
+    rows = DeltaTable(str(tmp_path / "wc")).to_pyarrow_table().to_pylist()
+    assert sorted(rows, key=str) == sorted([{"word": None, "n": 1}, {"word": "a", "n": 1}],
+                                           key=str)
