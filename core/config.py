@@ -36,6 +36,19 @@ class Guarantee(enum.Enum):
             ) from None
 
 
+EXISTING_OUTPUT = ("refuse", "accept")
+
+
+def validate_existing_output(value: str, sink: str | None) -> str:
+    """What to do with another query's output of the sink name (a lost checkpoint)."""
+    if value not in EXISTING_OUTPUT:
+        raise ConfigurationError(
+            f"existing_output={value!r}", sink=sink,
+            fix="use 'refuse' (default) or 'accept' to write beside another query's "
+            "output of this sink name on purpose")
+    return value
+
+
 def validate_sink_name(name: str) -> str:
     """Sink names become parts of transaction IDs and paths: keep them plain."""
     if not isinstance(name, str) or not _SINK_NAME.match(name):
@@ -121,10 +134,7 @@ class CoordinatorConfig:
                 sink=self.name,
                 fix="keep it above spark.task.maxFailures plus speculative copies (default 8)",
             )
-        if self.existing_output not in ("refuse", "accept"):
-            raise ConfigurationError(
-                f"existing_output={self.existing_output!r}", sink=self.name,
-                fix="use 'refuse' (default) or 'accept'")
+        validate_existing_output(self.existing_output, self.name)
         if self.writers is not None and (
                 not isinstance(self.writers, int) or isinstance(self.writers, bool)
                 or self.writers < 1):

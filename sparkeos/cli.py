@@ -17,7 +17,7 @@ from sparkeos.core.errors import ConfigurationError, QueryRunningError, SparkEOS
 from sparkeos.core.protocol import Transaction, TxnState
 from sparkeos.core.snapshot.commitlog import BatchState, CommitLog
 from sparkeos.core.snapshot.coordinator import Coordinator
-from sparkeos.core.snapshot.group import load_sink
+from sparkeos.core.snapshot.group import load_recorded_sink
 from sparkeos.core.snapshot.lease import lease_held
 from sparkeos.core.snapshot.txpool import AttemptRange, TransactionPool
 from sparkeos.core.storage.logstores import open_store
@@ -34,12 +34,6 @@ def _sink_logs(checkpoint: str, only: str | None, spark: Any) -> list[tuple[str,
             "commits/), and the sink name given to exactly_once()",
         )
     return [(n, CommitLog(open_store(f"{root}/{n}", spark))) for n in names]
-
-
-def _rebuild_sink(meta: dict[str, Any], overrides: dict[str, str]) -> Any:
-    """The sink (or sink group) a commit log belongs to, from its recorded description
-    and the ``--set`` overrides (secrets are never recorded)."""
-    return load_sink(str(meta["sink_type"]), {**meta.get("description", {}), **overrides})
 
 
 def _outstanding(pool: TransactionPool, state: BatchState) -> tuple[list[str],
@@ -67,7 +61,7 @@ def _probe(meta: dict[str, Any], overrides: dict[str, str],
            txns: list[Transaction]) -> dict[str, str]:
     """What the external system holds for the outstanding IDs (absent ones left out)."""
     try:
-        sink = _rebuild_sink(meta, overrides)
+        sink = load_recorded_sink(meta, overrides)
     except SparkEOSError as exc:
         return {"error": exc.problem}
     try:
@@ -236,7 +230,7 @@ def _recover(args: argparse.Namespace, spark: Any) -> int:
         if not args.force:
             check_lease(name, log)
         try:
-            sink = _rebuild_sink(meta, overrides)
+            sink = load_recorded_sink(meta, overrides)
         except SparkEOSError:
             if unresolved:
                 raise

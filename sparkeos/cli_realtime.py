@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from sparkeos.core.errors import QueryRunningError
-from sparkeos.core.snapshot.group import load_sink
+from sparkeos.core.snapshot.group import load_recorded_sink
 from sparkeos.core.streaming import epochrecord, identity
 
 
@@ -17,7 +17,7 @@ def is_realtime(meta: dict[str, Any] | None) -> bool:
 
 
 def _participant(meta: dict[str, Any], overrides: dict[str, str]) -> tuple[Any, Any]:
-    sink = load_sink(str(meta["sink_type"]), {**meta.get("description", {}), **overrides})
+    sink = load_recorded_sink(meta, overrides)
     return sink, sink.epoch_participant()
 
 

@@ -1,10 +1,11 @@
 """PostgresSink in Spark's real-time mode: one transaction per (partition, epoch).
 
 ``peek_mark`` reads the partition's mark on a pooled connection (no lock, no fence,
-no DDL). ``open_epoch`` opens the attempt's session (named after it, as in phase 1), ends every
-other session of the same participant (``pg_terminate_backend``: an older attempt of
-the partition, a zombie from before a restart; its open transaction is rolled back),
-takes the participant's advisory transaction lock (so two attempts never interleave),
+no DDL). ``open_epoch`` opens the attempt's session (named after it, as in phase 1),
+ends every other session of the same participant (``pg_terminate_backend``: an older
+attempt of the partition, a zombie from before a restart; its open transaction is
+rolled back), takes the participant's advisory transaction lock (so two attempts never
+interleave),
 and reads the partition's mark from the marks table. ``write_epoch`` COPYs rows as they
 arrive; ``commit_epoch`` writes the mark row and COMMITs: rows and mark together. No
 transaction is prepared, so ``max_prepared_transactions`` may be 0.

@@ -145,6 +145,12 @@ def _settings_of(type_name: str, recorded: Mapping[str, Any]) -> set[str]:
     return names
 
 
+def load_recorded_sink(meta: Mapping[str, Any], overrides: Mapping[str, str]) -> Any:
+    """The sink (or sink group) a commit log's ``sink.json`` describes, with the
+    ``--set`` overrides (secrets are never recorded)."""
+    return load_sink(str(meta["sink_type"]), {**meta.get("description", {}), **overrides})
+
+
 def load_sink(type_name: str, description: Mapping[str, Any]) -> Any:
     """A sink (or group) rebuilt from its recorded type name and description."""
     cls = _load_class(type_name)

@@ -9,7 +9,7 @@ from typing import Any
 
 from sparkeos.core.errors import AttemptFencedError, ConfigurationError
 from sparkeos.core.observe import log_event
-from sparkeos.core.protocol import EpochParticipant, JsonDict, Transaction
+from sparkeos.core.protocol import EpochParticipant, Transaction
 from sparkeos.core.snapshot.positions import AttemptOf, Mark, superseded
 
 _NO_OTHER_OUTPUT: set[tuple[str, str, str]] = set()
@@ -17,22 +17,22 @@ _NO_OTHER_OUTPUT: set[tuple[str, str, str]] = set()
 asked once."""
 
 
-def peek(participant: EpochParticipant[Any], name: str, txn: Transaction) -> JsonDict | None:
+def peek(participant: EpochParticipant[Any], name: str, txn: Transaction) -> Mark | None:
     """The mark before the fence, best effort: it only spares the attempt Spark counts a
     fence; the mark read after the fence decides."""
     try:
-        return participant.peek_mark(txn)
+        recorded = participant.peek_mark(txn)
+        return Mark.from_json(recorded) if recorded is not None else None
     except Exception as exc:
         log_event("realtime.peek_failed", logging.INFO, sink=name, batch=txn.batch_id,
                   partition=txn.partition, cause=repr(exc)[:200])
         return None
 
 
-def refuse_superseded(name: str, recorded: JsonDict | None, txn: Transaction,
+def refuse_superseded(name: str, mark: Mark | None, txn: Transaction,
                       this: AttemptOf | None) -> None:
     """An attempt whose (partition, epoch) a later attempt of the same query run has
     committed is one Spark no longer counts (``positions.superseded``)."""
-    mark = Mark.from_json(recorded) if recorded is not None else None
     if superseded(mark, txn.batch_id, this):
         raise AttemptFencedError(
             f"epoch {txn.batch_id} of partition {txn.partition} was committed by a later "

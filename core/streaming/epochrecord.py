@@ -9,9 +9,9 @@
 
 What a real-time query leaves in doubt is an epoch transaction a dead attempt left open
 (Kafka: readers with ``read_committed`` wait behind it until the broker's transaction
-timeout). ``fence_partitions`` ends them the way a restarted query would: it opens and
-aborts each partition's epoch transaction in both slots of the two-ID pool, which fences
-every older attempt and rolls back what it left open.
+timeout). ``fence_partitions`` ends them the way a restarted query would: it fences each
+partition's participant in both slots of the two-ID pool (``fence_epoch``), which rolls
+back what every older attempt left open.
 """
 
 from __future__ import annotations

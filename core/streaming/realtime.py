@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core.config import Guarantee, validate_sink_name
+from sparkeos.core.config import Guarantee, validate_existing_output, validate_sink_name
 from sparkeos.core.errors import AttemptFencedError, ConfigurationError
 from sparkeos.core.faults import FaultPlan
 from sparkeos.core.observe import log_event
@@ -69,12 +69,7 @@ class EpochWriter:
             raise ConfigurationError(
                 f"{type(sink).__name__} does not offer {guarantee.value}", sink=name,
                 fix="pick a guarantee the sink offers")
-        if existing_output not in ("refuse", "accept"):
-            raise ConfigurationError(
-                f"existing_output must be 'refuse' or 'accept', not {existing_output!r}",
-                sink=name, fix="leave the default ('refuse'), or pass 'accept' to write "
-                "beside another query's output of this sink name on purpose")
-        self.existing_output = existing_output
+        self.existing_output = validate_existing_output(existing_output, name)
         if rows_per_write < 1:
             raise ConfigurationError(f"rows_per_write must be at least 1, not "
                                      f"{rows_per_write}", sink=name, fix="leave the default")
@@ -157,17 +152,15 @@ class EpochWriter:
         if exactly_once:
             # Before the fence: a superseded attempt must not fence the one Spark counts
             # (it would fail that task for nothing).
-            epochchecks.refuse_superseded(self.name, epochchecks.peek(self.participant,
-                                                                      self.name, txn),
-                                          txn, this)
+            epochchecks.refuse_superseded(
+                self.name, epochchecks.peek(self.participant, self.name, txn), txn, this)
         handle = self.participant.open_epoch(txn)
         try:
             recorded = self.participant.epoch_mark(handle)
             mark = Mark.from_json(recorded) if recorded is not None else None
             if not query.durable:
                 mark = None  # nothing on record is known to be this query's: write all
-            epochchecks.refuse_superseded(self.name, recorded if query.durable else None,
-                                          txn, this)
+            epochchecks.refuse_superseded(self.name, mark, txn, this)
             if mark is None and exactly_once and self.existing_output == "refuse":
                 epochchecks.refuse_existing_output(self.participant, self.name,
                                                    self.destination, query.key, txn)
