@@ -159,31 +159,70 @@ class PlainWriter:
 
 class TimedWriter:
     """The exactly-once writer, with the time of its ``open`` and ``close`` written per
-    (partition, epoch) to a file of this task process (the bench's own measurement)."""
+    (partition, epoch) to a file of this task process (the bench's own measurement).
+    ``trace``: also each row's id, its produce stamp and when it reached ``process``,
+    with its epoch's ``open``, ``close`` start and end (``--trace``: where a record waits)."""
 
-    def __init__(self, writer: Any, directory: str) -> None:
-        self.writer, self.directory = writer, directory
+    def __init__(self, writer: Any, directory: str, trace: bool = False) -> None:
+        self.writer, self.directory, self.trace = writer, directory, trace
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
+        self.opened_ns = time.time_ns()
+        self.rows: list[tuple[int, int, int]] = []
         started = time.perf_counter()
         opened = self.writer.open(partition_id, epoch_id)
         self.open_ms = (time.perf_counter() - started) * 1000
         return bool(opened)
 
     def process(self, row: Any) -> None:
+        if self.trace:
+            record = json.loads(bytes(row["value"]))
+            self.rows.append((record["id"], record["t"], time.time_ns()))
         self.writer.process(row)
 
     def close(self, error: Any) -> None:
+        close_ns = time.time_ns()
         started = time.perf_counter()
         self.writer.close(error)
         close_ms = (time.perf_counter() - started) * 1000
+        closed_ns = time.time_ns()
         ahead = self.writer.last_epoch.get("open_ms", 0.0)
         with open(os.path.join(self.directory, f"{os.getpid()}.txt"), "a") as fh:
             fh.write(f"{self.open_ms:.2f} {close_ms:.2f} {ahead:.2f}\n")
+        if self.trace and error is None:
+            with open(os.path.join(self.directory, f"{os.getpid()}.trace"), "a") as fh:
+                fh.writelines(f"{i} {t} {arrived} {self.opened_ns} {close_ns} {closed_ns}\n"
+                              for i, t, arrived in self.rows)
+
+
+def where_records_wait(timings: str, seen: dict[int, tuple[int, int]],
+                       counted: set[int]) -> str:
+    """From ``--trace``'s files: a record's latency split into its parts, p50 / p99 of
+    each, and the mean of each over the records slower than the p99 (ms)."""
+    parts: list[tuple[float, ...]] = []
+    for path in glob.glob(os.path.join(timings, "*.trace")):
+        with open(path) as fh:
+            for line in fh:
+                i, t, arrived, opened, close, closed = (int(v) for v in line.split())
+                if i not in counted or i not in seen:
+                    continue
+                visible = seen[i][1]
+                parts.append(((visible - t) / 1e6, max(0, opened - t) / 1e6,
+                              (arrived - max(opened, t)) / 1e6, (close - arrived) / 1e6,
+                              (closed - close) / 1e6, (visible - closed) / 1e6))
+    if not parts:
+        return "no trace"
+    names = ("total", "produced to its epoch's open", "to process", "to the epoch's close",
+             "close (commit)", "close to seen")
+    slowest = sorted(parts)[int(0.99 * len(parts)):]
+    return "; ".join(
+        f"{name} p50 {percentile([p[k] for p in parts], 0.5):.0f} p99 "
+        f"{percentile([p[k] for p in parts], 0.99):.0f} slowest-1% mean "
+        f"{statistics.mean(p[k] for p in slowest):.0f}" for k, name in enumerate(names))
 
 
 def start_query(spark: Any, mode: str, bootstrap: str, source: str, target: str,
-                checkpoint: str, epoch: str, timings: str) -> Any:
+                checkpoint: str, epoch: str, timings: str, trace: bool = False) -> Any:
     from sparkeos import exactly_once, exactly_once_writer
     from sparkeos.connectors.kafka import KafkaSink
 
@@ -193,7 +232,7 @@ def start_query(spark: Any, mode: str, bootstrap: str, source: str, target: str,
     sink = KafkaSink(bootstrap, topic=target, key_column="key", value_column="value")
     if mode == "eo":
         writer = TimedWriter(exactly_once_writer(sink, "bench", checkpoint_location=checkpoint),
-                             timings)
+                             timings, trace)
         stream = df.writeStream.foreach(writer).outputMode("update").trigger(realTime=epoch)
     elif mode == "plain":
         stream = (df.writeStream.foreach(PlainWriter(bootstrap, target)).outputMode("update")
@@ -221,7 +260,8 @@ def run_mode(spark: Any, mode: str, bootstrap: str, args: argparse.Namespace,
     timings = os.path.join(workdir, f"timings-{mode}")
     os.makedirs(timings)
     query = start_query(spark, mode, bootstrap, source, target,
-                        os.path.join(workdir, f"checkpoint-{mode}"), args.epoch, timings)
+                        os.path.join(workdir, f"checkpoint-{mode}"), args.epoch, timings,
+                        args.trace)
     visible = Visible(bootstrap, target)
     try:
         steady = range(0, int(args.rate * (args.warmup + args.seconds)))
@@ -230,6 +270,10 @@ def run_mode(spark: Any, mode: str, bootstrap: str, args: argparse.Namespace,
             raise SystemExit(f"{mode}: {len(steady) - len(visible.seen)} records not visible")
         counted = [(seen - produced) / 1e6 for i, (produced, seen) in visible.seen.items()
                    if i >= int(args.rate * args.warmup) and i in steady]
+        if args.trace and mode == "eo":
+            print("eo, where a record waits (ms): " + where_records_wait(
+                timings, dict(visible.seen), set(range(int(args.rate * args.warmup),
+                                                       steady.stop))), flush=True)
         backlog = range(steady.stop, steady.stop + args.backlog)
         started = time.time_ns()
         produce(bootstrap, source, backlog, None)
@@ -264,6 +308,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--backlog", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--trace", action="store_true",
+                        help="eo: trace each record's way (slows the backlog; for figures "
+                        "of where a record waits, not of throughput)")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     unknown = set(modes) - set(MODES)

@@ -12,12 +12,13 @@ def format_classes() -> list[type[Any]]:
     """The format classes of every connector, in registration order."""
     from sparkeos.connectors.delta.format import FORMATS as DELTA
     from sparkeos.connectors.file.format import FORMATS as FILES
+    from sparkeos.connectors.iceberg.format import FORMATS as ICEBERG
     from sparkeos.connectors.jdbc.format import FORMATS as POSTGRES
     from sparkeos.connectors.kafka.format import FORMATS as KAFKA
     from sparkeos.connectors.sql.format import FORMATS as SQL
     from sparkeos.connectors.stomp.format import FORMATS as STOMP
 
-    return [*FILES, *KAFKA, *POSTGRES, *STOMP, *SQL, *DELTA]
+    return [*FILES, *KAFKA, *POSTGRES, *STOMP, *SQL, *DELTA, *ICEBERG]
 
 
 def register(spark: Any) -> list[str]:

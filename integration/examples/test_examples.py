@@ -447,6 +447,43 @@ def test_kafka_to_postgres_and_kafka(kafka: KafkaJanitor, pg_server: Any,
         clean_postgres(pg_server.dsn, table, query_key(checkpoint, "orders"))
 
 
+@pytest.mark.chaos
+def test_kafka_to_delta_and_kafka(kafka: KafkaJanitor, workdir: Path) -> None:
+    """The outbox: the driver's whole process tree killed with the table's commit of
+    batch 1 done and the topic's not; the restart's recovery commits the topic's, and in
+    the end every order once in the table and its event once in the topic. (Every other
+    point, in process against the same table and broker:
+    integration/core/test_outbox_group.py.)"""
+    pytest.importorskip("deltalake")
+    from deltalake import DeltaTable
+
+    source, events = kafka.topic("seos-ex-orders"), kafka.topic("seos-ex-events")
+    ids = list(range(36))
+    produce(kafka.bootstrap, source, [json.dumps({"id": i, "amount": i * 2.0}) for i in ids])
+    table, checkpoint = workdir / "orders", workdir / "checkpoint"
+    kafka.sink_query(checkpoint, "outbox")
+    example = Example("kafka_to_delta_and_kafka.py", workdir, {
+        "SPARKEOS_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "SPARKEOS_KAFKA_STAGING_DIR": str(workdir / "staging")})
+    args = ("--input", source, "--table", str(table), "--events", events,
+            "--checkpoint", str(checkpoint), "--max-per-batch", "12")
+
+    def in_table() -> list[int]:
+        if not DeltaTable.is_deltatable(str(table)):
+            return []
+        column = DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).column("id")
+        return sorted(int(i) for i in column.to_pylist())
+
+    def in_topic() -> list[int]:
+        return sorted(int(r["id"]) for r in topic_json(kafka.bootstrap, events))
+
+    example.run_until_killed(*args, kill="after_first_commit@1")
+    assert len(in_table()) > len(in_topic()), "the kill did not split the two commits"
+    example.run_until(*args, done=lambda: set(in_table()) >= set(ids))
+    assert_exactly_once(in_table(), ids)
+    assert_exactly_once(in_topic(), ids)
+
+
 def assert_markers_once(dsn: str, checkpoint: Path, sink: str) -> None:
     """Every decided batch committed once: its marker rows name one transaction per
     partition, and no marker belongs to a batch that was never decided."""

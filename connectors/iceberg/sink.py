@@ -1,0 +1,285 @@
+"""Exactly-once appends to an Apache Iceberg table (issue 51; second part: the
+foreachBatch and format routes, pyiceberg's SQL catalog, local paths), written with
+pyiceberg, no JVM.
+
+- **validate** (driver, before each batch): the table is made from the batch's schema
+  if the catalog has none; a table the sink cannot write yet is refused (``catalog.py``).
+- **Phase 1** (a task): the attempt writes its rows as Parquet files, with the table's
+  field IDs, where the table keeps its data files, named after its transaction ID, and
+  lists each one in its manifest before writing it (``files.py``). No snapshot
+  references them yet: readers do not see them.
+- **Prepare**: the files and the manifest are fsynced; the receipt names the files
+  (size, rows).
+- **Commit**: one fast append adds every file of the batch (the decision groups all
+  participants under one committer: ``merges_commits``), and sets the table property
+  ``sparkeos.batch.<query key>.<sink>`` to the batch in the same metadata commit, which
+  makes it idempotent and safe beside a twin committer (``table.py``).
+- **Rollback / sweep**: an attempt that can never commit has its files and manifest
+  deleted; a file any snapshot in the table's metadata references is never deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from sparkeos.core.config import Guarantee
+from sparkeos.core.errors import (
+    AttemptFencedError,
+    ConfigurationError,
+    DataLossError,
+    SchemaMismatchError,
+)
+from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.snapshot.txpool import AttemptRange
+from sparkeos.core.steps import commit_step
+from sparkeos.core.storage.locations import local_path
+
+from . import catalog, files, table
+from .files import DataFile
+
+
+@dataclass
+class IcebergHandle:
+    txn: Transaction
+    root: str
+    """The table's location, a local path: where the manifest is."""
+    target: pa.Schema
+    """The table's schema in Arrow with its field IDs: what each file is written in."""
+    data_location: Any
+    """The table's location provider: where a data file of a given name goes."""
+    parquet_options: dict[str, Any]
+    """How the table's Parquet files are written (its codec)."""
+    written: list[DataFile] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class IcebergSink(TransactionalSink[IcebergHandle]):
+    """Append a stream's rows to the Iceberg table ``table`` (``namespace.name``) of the
+    catalog with the pyiceberg properties ``catalog`` (a SQL catalog, tables on local
+    paths, so far), each batch once. ``catalog_name``: the catalog's name, which a SQL
+    catalog records with each table (Spark's Iceberg catalog of the same name and
+    database sees the same tables)."""
+
+    table: str
+    catalog: Mapping[str, str] = field(default_factory=dict)
+    catalog_name: str = "default"
+
+    guarantees: ClassVar[frozenset[Guarantee]] = frozenset(Guarantee)
+    commit_steps: ClassVar[tuple[str, ...]] = ("batch_read", "committed")
+
+    def __post_init__(self) -> None:
+        catalog.checked_identifier(self.table)
+        object.__setattr__(self, "catalog", catalog.checked_catalog(self.catalog))
+        if not isinstance(self.catalog_name, str) or not self.catalog_name:
+            raise ConfigurationError("IcebergSink needs a catalog name",
+                                     fix='IcebergSink(..., catalog_name="default")')
+
+    def _catalog(self) -> Any:
+        return catalog.open_catalog(self.catalog_name, self.catalog)
+
+    def _load(self) -> Any:
+        return catalog.load_table(self._catalog(), self.table)
+
+    def _root(self) -> str | None:
+        return catalog.table_root(self._catalog(), self.table)
+
+    # -- driver --------------------------------------------------------------------------
+    def shared_paths(self) -> tuple[str, ...]:
+        # Tasks write into the warehouse and read the SQLite catalog the driver commits.
+        return catalog.local_directories(self.catalog)
+
+    def validate(self, schema: pa.Schema) -> None:
+        table.check_retry_hook()
+        found = self._load() or catalog.create_table(self._catalog(), self.table, schema)
+        catalog.check_table(found, self.table, schema)
+
+    # -- phase 1 ---------------------------------------------------------------------------
+    def begin(self, txn: Transaction) -> IcebergHandle:
+        found = self._load()
+        if found is None:
+            raise ConfigurationError(
+                f"the Iceberg table {self.table} is gone (the driver made it before the "
+                "batch)", sink=txn.sink, batch_id=txn.batch_id,
+                fix="restart the query: the next batch makes it again")
+        root = local_path(str(found.location()))
+        if not files.claim(root, txn.txn_id):
+            raise _fenced(txn)
+        return IcebergHandle(txn, root, catalog.arrow_schema(found), found.location_provider(),
+                             catalog.parquet_options(found))
+
+    def write(self, handle: IcebergHandle, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        rows = _in_table_types(files.normalised(batch), handle.target, handle.txn)
+        name = f"sparkeos-{handle.txn.txn_id}-{len(handle.written):05d}.parquet"
+        uri = str(handle.data_location.new_data_location(name))
+        # Listed in the manifest first: a rollback finds every file it may leave.
+        files.write_manifest(handle.root, handle.txn.txn_id,
+                             [f.uri for f in handle.written] + [uri])
+        size = files.write_file(uri, rows, handle.parquet_options)
+        if size is None:  # a file of this attempt ID is in place: a zombie
+            raise _fenced(handle.txn)
+        handle.written.append(DataFile(uri, size, rows.num_rows))
+
+    def prepare(self, handle: IcebergHandle) -> Receipt:
+        return {"files": [f.as_json() for f in handle.written]}
+
+    # -- phase 2 -------------------------------------------------------------------------
+    def merges_commits(self) -> bool:
+        return True
+
+    def commit_groups(self, receipts: Sequence[Receipt], committers: int) -> list[int]:
+        return [0] * len(receipts)  # one table commit per batch
+
+    def commit_merged(self, items: Sequence[tuple[Transaction, Receipt]], *,
+                      recovering: bool) -> None:
+        if not items:
+            return
+        first = items[0][0]
+        written = [DataFile.from_json(f) for _, receipt in items for f in receipt["files"]]
+        found = self._load()
+        done = found is not None and table.holds(found, first.query_key, first.sink,
+                                                 first.batch_id)
+        commit_step("batch_read", first)
+        if not done:
+            self._commit_files(first, written, exactly_once=True, loaded=found)
+        commit_step("committed", first)
+        for txn, _ in items:
+            self._forget(txn)
+
+    def _commit_files(self, txn: Transaction, written: Sequence[DataFile],
+                      exactly_once: bool, loaded: Any = None) -> None:
+        """Commit ``written``; ``loaded``: the table as just loaded, the commit's first
+        base (its metadata is not read twice)."""
+        if not written:
+            return  # an empty batch: nothing to add
+        missing = [f.uri for f in written if not files.exists(f.uri)]
+        if missing:
+            found = self._load()
+            if exactly_once and found is not None and table.holds(
+                    found, txn.query_key, txn.sink, txn.batch_id):
+                return  # a twin committed the batch meanwhile
+            raise DataLossError(
+                f"batch {txn.batch_id} is decided but its prepared files are gone from the "
+                f"Iceberg table {self.table}: {missing[:3]}", sink=txn.sink,
+                batch_id=txn.batch_id, fix="restore the files from a backup of the table's "
+                "data directory; something other than sparkeos deleted them (an orphan-file "
+                "removal with a short age limit?)")
+        pending = [loaded] if loaded is not None and not missing else []
+        table.commit_batch(lambda: pending.pop() if pending else self._require_table(),
+                           [f.uri for f in written], txn.query_key, txn.sink, txn.batch_id,
+                           exactly_once=exactly_once)
+
+    def _require_table(self) -> Any:
+        found = self._load()
+        if found is None:
+            raise DataLossError(f"the Iceberg table {self.table} is gone from its catalog "
+                                "while a decided batch commits",
+                                fix="restore the table (its catalog entry and metadata)")
+        return found
+
+    def _forget(self, txn: Transaction) -> None:
+        """A committed attempt's bookkeeping: its manifest (its files stay)."""
+        root = self._root()
+        if root is not None:
+            files.delete_manifest(root, txn.txn_id)
+
+    def for_guarantee(self, guarantee: Guarantee) -> IcebergSink:
+        """Under at-least-once (or none) each task commits its own files, without the
+        batch property: the batch's other tasks commit theirs too."""
+        if guarantee is Guarantee.EXACTLY_ONCE:
+            return self
+        copy = dataclasses.replace(self)
+        copy.__dict__["_per_task"] = True
+        return copy
+
+    def commit(self, txn: Transaction, receipt: Receipt) -> None:
+        if not self.__dict__.get("_per_task"):
+            # Exactly-once: a batch of one participant is the merged commit of one.
+            self.commit_merged([(txn, receipt)], recovering=False)
+            return
+        self._commit_files(txn, [DataFile.from_json(f) for f in receipt["files"]],
+                           exactly_once=False)
+        self._forget(txn)
+
+    def recover_commit(self, txn: Transaction, receipt: Receipt) -> None:
+        if not self.__dict__.get("_per_task"):
+            self.commit_merged([(txn, receipt)], recovering=True)
+            return
+        self.commit(txn, receipt)
+
+    def rollback(self, txn: Transaction) -> None:
+        root = self._root()
+        uris = None if root is None else files.read_manifest(root, txn.txn_id)
+        if root is None or uris is None:
+            return
+        present = [uri for uri in uris if files.exists(uri)]
+        found = self._load() if present else None
+        keep = table.referenced(found, present) if found is not None else set()
+        files.delete_files([uri for uri in uris if uri not in keep])
+        files.delete_manifest(root, txn.txn_id)
+
+    def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
+        root = self._root()
+        held = files.manifests(root) if root is not None else set()
+        if not held:
+            return  # one listing: nothing of any attempt is left
+        for attempt_range in ranges:
+            for txn in attempt_range.transactions():
+                if txn.txn_id not in held:
+                    continue
+                if txn.txn_id in keep:
+                    self._forget(txn)  # committed: its files stay
+                else:
+                    self.rollback(txn)
+
+    def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
+        found = self._load()
+        others = table.other_queries(found, query_key, sink) if found is not None else []
+        if not others:
+            return None
+        return (f"Iceberg commits of sink {sink!r} by query keys {', '.join(others)} in "
+                f"the table {self.table}")
+
+    def probe(self, txn: Transaction) -> TxnState:
+        root = self._root()
+        return (TxnState.PREPARED if root is not None
+                and files.read_manifest(root, txn.txn_id) is not None else TxnState.UNKNOWN)
+
+    def identity(self) -> dict[str, Any]:
+        return {"catalog": self.catalog_name,
+                "uri": catalog.shown_uri(self.catalog.get("uri", "")), "table": self.table}
+
+    def describe(self) -> dict[str, Any]:
+        described = super().describe()
+        described["catalog"] = {k: (catalog.shown_uri(v) if k == "uri" else v)
+                                for k, v in self.catalog.items()}
+        return described
+
+
+def _in_table_types(batch: pa.RecordBatch, target: pa.Schema,
+                    txn: Transaction) -> pa.Table:
+    """The rows in the table's column order and types, with its field IDs."""
+    rows = pa.Table.from_batches([batch.replace_schema_metadata(None)])
+    try:
+        return rows.select(target.names).cast(target)
+    except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaMismatchError(
+            f"the batch's columns {batch.schema} do not fit the Iceberg table's "
+            f"{target.remove_metadata()}: {exc}", sink=txn.sink, batch_id=txn.batch_id,
+            fix="cast the columns to the table's types before the sink") from None
+
+
+def _fenced(txn: Transaction) -> AttemptFencedError:
+    return AttemptFencedError(
+        f"another attempt already wrote under transaction {txn.txn_id}", sink=txn.sink,
+        batch_id=txn.batch_id,
+        fix="nothing to do: Spark retries the task under its next attempt number")
+
+
+__all__ = ["IcebergHandle", "IcebergSink"]

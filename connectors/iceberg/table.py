@@ -1,0 +1,178 @@
+"""The Iceberg table's commits, through pyiceberg: one fast append per batch adds every
+file of the batch, and in the same metadata commit sets the table property
+``sparkeos.batch.<query key>.<sink>`` to the batch. That property is how a commit finds
+its batch already committed, in O(1) (no walk through the snapshots' history) and after
+snapshot expiry (properties are not snapshots). The snapshot's summary carries
+``sparkeos.app`` (``<query key>.<sink>``), ``sparkeos.query``, ``sparkeos.sink`` and
+``sparkeos.batch`` for people and for the lost-checkpoint check.
+
+Every catalog commit is a compare-and-swap of the table's metadata pointer, so two
+committers of one batch at once cannot both land: the loser sees ``CommitFailedException``
+and reads the property again. pyiceberg 0.12 retries a failed commit by itself, rebuilding
+the snapshot on the new metadata without asking whether that metadata already holds the
+batch; ``_BatchTransaction`` asks first, and stops the retry when a twin committed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sparkeos.core.errors import ConfigurationError, RetriableError, SchemaMismatchError
+
+COMMIT_ATTEMPTS = 20
+"""Commits retried after a conflict (another writer committed first) before giving up;
+pyiceberg retries each of them a few times more (``commit.retry.num-retries``)."""
+BATCH_PREFIX = "sparkeos.batch."
+WRITTEN_PREFIX = "sparkeos.written."
+"""At least once: the last batch whose tasks committed (no promise of the whole batch)."""
+
+
+def batch_property(query_key: str, sink: str) -> str:
+    return f"{BATCH_PREFIX}{query_key}.{sink}"
+
+
+def committed_batch(properties: dict[str, str], query_key: str, sink: str) -> int | None:
+    """The last batch the table holds for this (query, sink); None if none."""
+    value = properties.get(batch_property(query_key, sink))
+    return None if value is None else int(value)
+
+
+def holds(table: Any, query_key: str, sink: str, batch: int) -> bool:
+    done = committed_batch(table.properties, query_key, sink)
+    return done is not None and done >= batch
+
+
+def _data_files(table: Any, uris: Sequence[str], batch: int) -> list[Any]:
+    """The batch's files as the table's data files, read against its schema now: a
+    column another writer dropped or renamed since phase 1 is refused with the fix (the
+    batch stays decided; every retry would meet the same table)."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    try:
+        return [parquet_file_to_data_file(table.io, table.metadata, uri) for uri in uris]
+    except KeyError as exc:
+        name = ".".join(table.name())
+        raise SchemaMismatchError(
+            f"batch {batch}'s files have column {exc} that the Iceberg table {name} no "
+            "longer has (another writer changed its schema after the batch was written)",
+            fix="restore the column under its old name, then restart the query or run "
+            "`sparkeos recover`: the decided batch commits then") from None
+
+
+def _commit_failures() -> tuple[type[Exception], ...]:
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+    return CommitFailedException, CommitStateUnknownException
+
+
+def check_retry_hook() -> None:
+    """Refuse a pyiceberg whose commit retry no longer goes through the hook
+    ``_BatchTransaction`` overrides: without it a twin committer could add a batch twice."""
+    import inspect
+
+    from pyiceberg.table import Transaction
+
+    hook = getattr(Transaction, "_rebuild_snapshot_updates", None)
+    if hook is None or "_rebuild_snapshot_updates" not in inspect.getsource(
+            Transaction.commit_transaction):
+        import pyiceberg
+
+        raise ConfigurationError(
+            f"pyiceberg {pyiceberg.__version__} retries a commit without the hook the "
+            "Iceberg sink relies on to keep a batch from being committed twice",
+            fix="install pyiceberg 0.12.0 (pip install 'sparkeos[iceberg]')")
+
+
+def _batch_transaction(table: Any, query_key: str, sink: str, batch: int | None) -> Any:
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table import Transaction
+
+    class _BatchTransaction(Transaction):  # type: ignore[misc]
+        """A transaction whose own retries stop when a twin committed the batch."""
+
+        def _rebuild_snapshot_updates(self) -> None:
+            if batch is not None and holds(self._table, query_key, sink, batch):
+                raise CommitFailedException(f"batch {batch} was committed meanwhile")
+            super()._rebuild_snapshot_updates()
+
+    return _BatchTransaction(table)
+
+
+def commit_batch(load: Any, uris: Sequence[str], query_key: str, sink: str, batch: int,
+                 exactly_once: bool = True) -> bool:
+    """Add the files at ``uris`` to the table (``load()``: the table, loaded now) in one
+    snapshot; False when the table already holds the batch (``exactly_once``; else no
+    idempotence: the at-least-once path)."""
+    data_files: list[Any] | None = None
+    summary = {"sparkeos.app": f"{query_key}.{sink}", "sparkeos.query": query_key,
+               "sparkeos.sink": sink, "sparkeos.batch": str(batch)}
+    marker = batch_property(query_key, sink) if exactly_once else (
+        f"{WRITTEN_PREFIX}{query_key}.{sink}")
+    table = None
+    for _ in range(COMMIT_ATTEMPTS):
+        table = load()
+        if exactly_once and holds(table, query_key, sink, batch):
+            return False
+        transaction = _batch_transaction(table, query_key, sink,
+                                         batch if exactly_once else None)
+        if data_files is None:  # the footers are read once, not per attempt
+            data_files = _data_files(table, uris, batch)
+        with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
+            for data_file in data_files:
+                append.append_data_file(data_file)
+        transaction.set_properties({marker: str(batch)})
+        try:
+            transaction.commit_transaction()
+            return True
+        except _commit_failures():
+            continue
+    name = ".".join(table.name()) if table is not None else "?"
+    raise RetriableError(
+        f"the Iceberg table {name} changed under {COMMIT_ATTEMPTS} commits of batch "
+        f"{batch} in a row (other writers commit to it all the time)", sink=sink,
+        batch_id=batch, fix="the batch is still decided: restart the query (or run "
+        "`sparkeos recover`) once the other writers calm down")
+
+
+def referenced(table: Any, uris: Iterable[str]) -> set[str]:
+    """Which of ``uris`` a snapshot still in the table's metadata references (current
+    or not: an older snapshot may still be read by time travel). Reads every distinct
+    manifest once: only for a rollback that finds an attempt's files on disk."""
+    wanted = set(uris)
+    found: set[str] = set()
+    seen: set[str] = set()
+    for snapshot in table.snapshots():
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                if entry.data_file.file_path in wanted:
+                    found.add(entry.data_file.file_path)
+            if found == wanted:
+                return found
+    return found
+
+
+def other_queries(table: Any, query_key: str, sink: str) -> list[str]:
+    """Query keys other than ``query_key`` that committed ``sink`` here: the table's
+    properties (which outlive snapshot expiry), and the summaries of the snapshots
+    still in its metadata (read from the metadata in hand, no file)."""
+    found: set[str] = set()
+    for name in table.properties:
+        for prefix in (BATCH_PREFIX, WRITTEN_PREFIX):
+            if name.startswith(prefix):
+                key, _, named = name[len(prefix):].partition(".")
+                if named == sink:
+                    found.add(key)
+    for snapshot in table.snapshots():
+        summary = snapshot.summary
+        if summary is not None and summary.get("sparkeos.sink") == sink \
+                and summary.get("sparkeos.query"):
+            found.add(str(summary.get("sparkeos.query")))
+    return sorted(found - {query_key})
+
+
+__all__ = ["BATCH_PREFIX", "COMMIT_ATTEMPTS", "WRITTEN_PREFIX", "batch_property",
+           "commit_batch", "committed_batch", "holds", "other_queries", "referenced"]
