@@ -11,8 +11,6 @@ ignores directories whose names start with ``_`` (readers and VACUUM alike).
 from __future__ import annotations
 
 import datetime
-import glob
-import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -22,9 +20,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.storage import attempts
 from sparkeos.core.text.sparktext import escape_path_name
 
-SPARKEOS_DIR = "_sparkeos"
+SPARKEOS_DIR = attempts.SPARKEOS_DIR
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
@@ -51,52 +50,11 @@ class DataFile:
                         int(str(data["rows"])))
 
 
-def manifest_path(root: str, txn_id: str) -> str:
-    return os.path.join(root, SPARKEOS_DIR, "attempts", f"{txn_id}.json")
-
-
-def claim(root: str, txn_id: str) -> bool:
-    """Create the attempt's manifest if no attempt of this ID has one (exclusive:
-    two attempts of one ID at once, one wins)."""
-    target = manifest_path(root, txn_id)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    try:
-        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"files": []}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return True
-
-
-def write_manifest(root: str, txn_id: str, paths: Sequence[str]) -> None:
-    """Replace the attempt's manifest (durable before the file it names is written)."""
-    target = manifest_path(root, txn_id)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    temporary = f"{target}.tmp"
-    with open(temporary, "w") as fh:
-        json.dump({"files": list(paths)}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(temporary, target)
-
-
-def read_manifest(root: str, txn_id: str) -> list[str] | None:
-    try:
-        with open(manifest_path(root, txn_id)) as fh:
-            return [str(p) for p in json.load(fh)["files"]]
-    except FileNotFoundError:
-        return None
-
-
-def delete_manifest(root: str, txn_id: str) -> None:
-    for path in (manifest_path(root, txn_id), f"{manifest_path(root, txn_id)}.tmp"):
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+manifest_path = attempts.manifest_path
+claim = attempts.claim
+write_manifest = attempts.write_manifest
+read_manifest = attempts.read_manifest
+delete_manifest = attempts.delete_manifest
 
 
 PARTITION_TYPES = "strings, integers, booleans and dates"
@@ -150,33 +108,16 @@ def partition_dir(values: dict[str, str | None]) -> str:
 
 
 def write_file(root: str, relative: str, table: pa.Table) -> int | None:
-    """Write and fsync one Parquet file under a temporary name, then link it into
-    place, which never replaces a file: None if the name exists (a file of the same
-    attempt ID is there already, perhaps committed: this attempt is a zombie)."""
+    """Write one Parquet file and link it into place (``attempts.link_new``): its size,
+    or None if the name exists (this attempt is a zombie of its ID)."""
     target = os.path.join(root, relative)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    temporary = f"{target}.{os.getpid()}.tmp"
+    temporary = attempts.temporary_for(target)
     pq.write_table(table, temporary)
-    try:
-        with open(temporary, "rb") as fh:
-            os.fsync(fh.fileno())
-        try:
-            os.link(temporary, target)
-        except FileExistsError:
-            return None
-        return os.path.getsize(target)
-    finally:
-        os.remove(temporary)
+    return attempts.link_new(temporary, target)
 
 
 def delete_files(root: str, paths: Sequence[str]) -> None:
-    for relative in paths:
-        target = os.path.join(root, relative)
-        for path in [target, *glob.glob(glob.escape(target) + ".*.tmp")]:
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
+    attempts.delete_written([os.path.join(root, relative) for relative in paths])
 
 
 def normalised(batch: pa.RecordBatch) -> pa.RecordBatch:

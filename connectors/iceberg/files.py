@@ -9,15 +9,12 @@ listing the table.
 readers only read what the metadata names; Java Iceberg's orphan-file removal skips
 directories whose names start with ``_``.
 
-The claim, the manifest and the link-into-place mirror ``connectors/delta/files.py``
-(connectors do not import each other): the same mechanism, kept apart until it moves
-into the core's storage room.
+The claim, the manifest and the link into place are ``core/storage/attempts.py``'s,
+shared with the Delta sink.
 """
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,9 +23,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkeos.core.storage import attempts
 from sparkeos.core.storage.locations import local_path
 
-SPARKEOS_DIR = "_sparkeos"
+SPARKEOS_DIR = attempts.SPARKEOS_DIR
 
 
 @dataclass(frozen=True)
@@ -48,84 +46,22 @@ class DataFile:
         return DataFile(str(data["path"]), int(str(data["size"])), int(str(data["rows"])))
 
 
-def attempts_dir(root: str) -> str:
-    return os.path.join(root, SPARKEOS_DIR, "attempts")
-
-
-def manifest_path(root: str, txn_id: str) -> str:
-    return os.path.join(attempts_dir(root), f"{txn_id}.json")
-
-
-def claim(root: str, txn_id: str) -> bool:
-    """Create the attempt's manifest if no attempt of this ID has one (exclusive:
-    two attempts of one ID at once, one wins)."""
-    target = manifest_path(root, txn_id)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    try:
-        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"files": []}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return True
-
-
-def write_manifest(root: str, txn_id: str, uris: Sequence[str]) -> None:
-    """Replace the attempt's manifest (durable before the file it names is written)."""
-    target = manifest_path(root, txn_id)
-    temporary = f"{target}.tmp"
-    with open(temporary, "w") as fh:
-        json.dump({"files": list(uris)}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(temporary, target)
-
-
-def read_manifest(root: str, txn_id: str) -> list[str] | None:
-    try:
-        with open(manifest_path(root, txn_id)) as fh:
-            return [str(p) for p in json.load(fh)["files"]]
-    except FileNotFoundError:
-        return None
-
-
-def manifests(root: str) -> set[str]:
-    """The transaction IDs that have a manifest (one listing of the directory)."""
-    try:
-        names = os.listdir(attempts_dir(root))
-    except FileNotFoundError:
-        return set()
-    return {name[: -len(".json")] for name in names if name.endswith(".json")}
-
-
-def delete_manifest(root: str, txn_id: str) -> None:
-    for path in (manifest_path(root, txn_id), f"{manifest_path(root, txn_id)}.tmp"):
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+attempts_dir = attempts.attempts_dir
+manifest_path = attempts.manifest_path
+claim = attempts.claim
+write_manifest = attempts.write_manifest
+read_manifest = attempts.read_manifest
+manifests = attempts.manifests
+delete_manifest = attempts.delete_manifest
 
 
 def write_file(uri: str, table: pa.Table, options: dict[str, Any]) -> int | None:
-    """Write and fsync one Parquet file under a temporary name, then link it into
-    place, which never replaces a file: None if the name exists (a file of the same
-    attempt ID is there already, perhaps committed: this attempt is a zombie)."""
+    """Write one Parquet file and link it into place (``attempts.link_new``): its size,
+    or None if the name exists (this attempt is a zombie of its ID)."""
     target = local_path(uri)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    temporary = f"{target}.{os.getpid()}.tmp"
+    temporary = attempts.temporary_for(target)
     pq.write_table(table, temporary, **options)
-    try:
-        with open(temporary, "rb") as fh:
-            os.fsync(fh.fileno())
-        try:
-            os.link(temporary, target)
-        except FileExistsError:
-            return None
-        return os.path.getsize(target)
-    finally:
-        os.remove(temporary)
+    return attempts.link_new(temporary, target)
 
 
 def exists(uri: str) -> bool:
@@ -133,13 +69,7 @@ def exists(uri: str) -> bool:
 
 
 def delete_files(uris: Sequence[str]) -> None:
-    for uri in uris:
-        target = local_path(uri)
-        for path in [target, *glob.glob(glob.escape(target) + ".*.tmp")]:
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
+    attempts.delete_written([local_path(uri) for uri in uris])
 
 
 def normalised(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -398,7 +398,10 @@ class ConnectorConformance(RaceCases, ReplayCases):
         tag = int(decided["participants"][0]["tag"])
         assert (tag > 0) == (winner == "copy"), f"batch {CRASH_BATCH} decided attempt {tag}"
         assert_exactly_once(self.visible_ids(workdir), expected)
-        # The application is gone, so are its zombies: a full recovery sweeps the rest.
+        # The application is gone; its zombies go with its executors, a moment later: a
+        # full recovery then sweeps the rest (run beside a zombie, it could miss a file
+        # the zombie links after the sweep read its manifest: a leftover, never output).
+        _wait_until_gone(barrier, ("original-started", "copy-started"))
         meta = log.read_meta() or {}
         Coordinator(self.sink_factory(workdir), CoordinatorConfig(name=spec.name), log,
                     str(meta["query_key"])).recover(full=True)
@@ -648,6 +651,26 @@ def _wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 240.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for {what}")
         time.sleep(0.05)
+
+
+def _wait_until_gone(barrier: str, signals: tuple[str, ...]) -> None:
+    """Wait until every task process that left one of ``signals`` (each line a PID, on
+    this machine's cluster) has exited."""
+    pids: set[int] = set()
+    for name in signals:
+        with contextlib.suppress(FileNotFoundError), open(os.path.join(barrier, name)) as fh:
+            pids |= {int(line) for line in fh if line.strip()}
+
+    def gone() -> bool:
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            return False
+        return True
+
+    _wait_for(gone, f"the task processes {sorted(pids)} of the finished application to exit")
 
 
 def _in_thread(fn: Callable[[], None]) -> threading.Thread:
