@@ -398,10 +398,7 @@ class ConnectorConformance(RaceCases, ReplayCases):
         tag = int(decided["participants"][0]["tag"])
         assert (tag > 0) == (winner == "copy"), f"batch {CRASH_BATCH} decided attempt {tag}"
         assert_exactly_once(self.visible_ids(workdir), expected)
-        # The application is gone; its zombies go with its executors, a moment later: a
-        # full recovery then sweeps the rest (run beside a zombie, it could miss a file
-        # the zombie links after the sweep read its manifest: a leftover, never output).
-        _wait_until_gone(barrier, ("original-started", "copy-started"))
+        _wait_until_gone(barrier, ("original-started", "copy-started"))  # then recover
         meta = log.read_meta() or {}
         Coordinator(self.sink_factory(workdir), CoordinatorConfig(name=spec.name), log,
                     str(meta["query_key"])).recover(full=True)
@@ -655,7 +652,9 @@ def _wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 240.0)
 
 def _wait_until_gone(barrier: str, signals: tuple[str, ...]) -> None:
     """Wait until every task process that left one of ``signals`` (each line a PID, on
-    this machine's cluster) has exited."""
+    this machine's cluster) has exited. The application is gone; its zombies go with
+    its executors a moment later. A full recovery beside a zombie could miss a file the
+    zombie links after the sweep read its manifest (a leftover, never output)."""
     pids: set[int] = set()
     for name in signals:
         with contextlib.suppress(FileNotFoundError), open(os.path.join(barrier, name)) as fh:
