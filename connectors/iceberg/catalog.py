@@ -48,8 +48,7 @@ def checked_catalog(catalog: Mapping[str, Any]) -> dict[str, str]:
     if not warehouse:
         raise ConfigurationError("the SQL catalog needs a \"warehouse\": where its tables go",
                                  fix=CATALOG_EXAMPLE)
-    database = properties["uri"][len("sqlite:///"):] if properties["uri"].startswith(
-        "sqlite:///") else None
+    database = sqlite_path(properties["uri"])
     for what, path in (("warehouse", warehouse.removeprefix("file://")),
                        ("SQLite catalog", database)):
         if path and path != ":memory:" and "://" not in path and not os.path.isabs(path):
@@ -65,14 +64,18 @@ def checked_catalog(catalog: Mapping[str, Any]) -> dict[str, str]:
     return properties
 
 
+def sqlite_path(uri: str) -> str:
+    """The database file of a ``sqlite:///<path>`` catalog URI; empty for any other."""
+    return uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+
+
 def local_directories(properties: Mapping[str, str]) -> tuple[str, ...]:
     """The warehouse and the SQLite catalog's directory, where they are local paths."""
     found = []
     warehouse = properties.get("warehouse", "")
     if is_local_uri(warehouse):
         found.append(warehouse.removeprefix("file://"))
-    uri = properties.get("uri", "")
-    database = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+    database = sqlite_path(properties.get("uri", ""))
     if database and database != ":memory:":
         found.append(os.path.dirname(database))
     return tuple(found)
@@ -112,7 +115,7 @@ def open_catalog(name: str, properties: Mapping[str, str]) -> Any:
 def _make_sqlite_directory(uri: str) -> None:
     """A SQLite catalog's directory, made if missing (SQLite makes the file, not its
     directory; pyiceberg makes the warehouse's)."""
-    database = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+    database = sqlite_path(uri)
     if database and database != ":memory:" and os.path.dirname(database):
         os.makedirs(os.path.dirname(database), exist_ok=True)
 

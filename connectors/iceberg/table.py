@@ -15,6 +15,7 @@ batch; ``_BatchTransaction`` asks first, and stops the retry when a twin committ
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -69,19 +70,25 @@ def _commit_failures() -> tuple[type[Exception], ...]:
 def check_retry_hook() -> None:
     """Refuse a pyiceberg whose commit retry no longer goes through the hook
     ``_BatchTransaction`` overrides: without it a twin committer could add a batch twice."""
-    import inspect
-
     from pyiceberg.table import Transaction
 
     hook = getattr(Transaction, "_rebuild_snapshot_updates", None)
-    if hook is None or "_rebuild_snapshot_updates" not in inspect.getsource(
-            Transaction.commit_transaction):
+    if hook is None or not _calls_hook(Transaction.commit_transaction):
         import pyiceberg
 
         raise ConfigurationError(
             f"pyiceberg {pyiceberg.__version__} retries a commit without the hook the "
             "Iceberg sink relies on to keep a batch from being committed twice",
             fix="install pyiceberg 0.12.0 (pip install 'sparkeos[iceberg]')")
+
+
+@functools.cache
+def _calls_hook(commit_transaction: Any) -> bool:
+    """Whether pyiceberg's commit calls the hook (its source read once per process, not
+    before every batch)."""
+    import inspect
+
+    return "_rebuild_snapshot_updates" in inspect.getsource(commit_transaction)
 
 
 def _batch_transaction(table: Any, query_key: str, sink: str, batch: int | None) -> Any:
