@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.streaming.streamformat import Options, SinkFormat
 
-from .parquet import SETTINGS as PARQUET_SETTINGS
+from .parquet_settings import SETTINGS as PARQUET_SETTINGS
 
 if TYPE_CHECKING:  # the sink is imported where made: Spark imports a format where it
     # needs only the class (sparkeos.core.lazy)

@@ -35,18 +35,15 @@ from .parquet_schema import (
     parquet_schema,
     schema_text,
 )
+from .parquet_settings import (
+    CODEC,
+    FIELD_IDS,
+    FOLLOWED,
+    LEGACY_FORMAT,
+    SETTINGS,
+    TIMESTAMP_TYPE,
+)
 
-TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
-LEGACY_FORMAT = "spark.sql.parquet.writeLegacyFormat"
-CODEC = "spark.sql.parquet.compression.codec"
-FIELD_IDS = "spark.sql.parquet.fieldId.write.enabled"
-DATETIME_REBASE = "spark.sql.parquet.datetimeRebaseModeInWrite"
-INT96_REBASE = "spark.sql.parquet.int96RebaseModeInWrite"
-FOLLOWED = (TIMESTAMP_TYPE, LEGACY_FORMAT, CODEC, FIELD_IDS)
-"""The Spark settings that change the bytes of Spark's Parquet files, by their names."""
-SETTINGS = (*FOLLOWED, DATETIME_REBASE, INT96_REBASE)
-"""Those and the calendar rebasing settings, whose LEGACY mode is refused (sparkeos
-writes the proleptic Gregorian calendar, Spark's default CORRECTED)."""
 ROW_METADATA_KEY = "org.apache.spark.sql.parquet.row.metadata"
 VERSION_KEY = "org.apache.spark.version"
 

@@ -66,7 +66,6 @@ from sparkeos.core.streaming.spark import SPARK_SCHEMA_KEY
 from . import layout
 from .parquet import (
     CODEC_EXTENSIONS,
-    SETTINGS,
     ParquetFiles,
     ParquetSettings,
     active_session_settings,
@@ -74,6 +73,7 @@ from .parquet import (
 )
 from .parquet import read_table as read_parquet
 from .parquet_schema import parquet_schema
+from .parquet_settings import SETTINGS
 from .publish import publish
 from .staging import (
     PREPARED_MARK,

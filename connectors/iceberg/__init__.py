@@ -1,5 +1,14 @@
 """Apache Iceberg tables as exactly-once participants (issue 51): ``IcebergSink``."""
 
-from .sink import IcebergSink
+from typing import TYPE_CHECKING
+
+from sparkeos.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .sink import IcebergSink
+
+# Imported on first use (sparkeos.core.lazy): Spark imports the format of this
+# connector in processes that need its class only.
+__getattr__ = lazy_exports(__name__, {"IcebergSink": ".sink"})
 
 __all__ = ["IcebergSink"]

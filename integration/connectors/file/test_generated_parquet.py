@@ -44,8 +44,13 @@ import sparkeos
 from sparkeos import exactly_once
 from sparkeos.connectors.file import FileSink, committed_files
 from sparkeos.connectors.file import parquet_footer as footer
-from sparkeos.connectors.file.parquet import CODEC, FIELD_IDS, LEGACY_FORMAT, TIMESTAMP_TYPE
 from sparkeos.connectors.file.parquet_schema import FIELD_ID_KEY
+from sparkeos.connectors.file.parquet_settings import (
+    CODEC,
+    FIELD_IDS,
+    LEGACY_FORMAT,
+    TIMESTAMP_TYPE,
+)
 from sparkeos.formats import format_classes
 
 from .generated import _SCALARS, EXAMPLES, SEED, _decimal_kind, session_settings

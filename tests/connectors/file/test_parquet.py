@@ -16,16 +16,18 @@ from pyspark.sql import types as T
 from sparkeos.connectors.file import FileSink, committed_files, read_output
 from sparkeos.connectors.file import parquet_footer as footer
 from sparkeos.connectors.file.parquet import (
-    CODEC,
-    DATETIME_REBASE,
-    LEGACY_FORMAT,
     ROW_METADATA_KEY,
-    TIMESTAMP_TYPE,
     VERSION_KEY,
     ParquetSettings,
     SparkParquetWriter,
 )
 from sparkeos.connectors.file.parquet_schema import java_double, schema_text
+from sparkeos.connectors.file.parquet_settings import (
+    CODEC,
+    DATETIME_REBASE,
+    LEGACY_FORMAT,
+    TIMESTAMP_TYPE,
+)
 from sparkeos.core.errors import ConfigurationError, DataRejectedError
 from sparkeos.core.snapshot.txpool import TransactionPool
 from sparkeos.core.streaming.spark import SPARK_SCHEMA_KEY

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -288,6 +291,24 @@ def test_every_format_is_registered_by_spark_itself() -> None:
     assert set(sources.values()) == set(format_classes())
     for module, source in sources.items():
         assert module == "pyspark_" + source.name().replace("-", "_")
+
+
+HEAVY_IMPORTS = ("pyarrow", "numpy", "pandas", "deltalake", "pyiceberg", "confluent_kafka",
+                 "psycopg2", "sqlalchemy", "stomp", "boto3")
+
+
+def test_the_plugin_modules_import_no_library_of_a_sink() -> None:
+    """Spark imports every installed ``pyspark_*`` module in a fresh Python process at
+    each format query's lookup and its data source's creation, where only the class is
+    needed (sparkeos.core.lazy): a sink's libraries imported there cost every format
+    query about 0.9 s (measured when two connectors' packages imported their sinks)."""
+    root = Path(__file__).resolve().parents[3]
+    modules = sorted(p.stem for p in (root / "plugins").glob("pyspark_*.py"))
+    probe = (f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
+             f"print(sorted(n for n in {HEAVY_IMPORTS!r} if n in sys.modules))")
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONPATH": str(root / "plugins")})
+    assert found.stdout.strip() == "[]", found.stdout + found.stderr
 
 
 def test_a_batch_holds_the_lease_from_its_planning_until_its_commit(tmp_path: Any) -> None:
