@@ -87,22 +87,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def spark_class_archive() -> None:
     """Spark starts from a class-data archive (made once per JDK and Spark: about 15 s),
-    in this process and in every job it starts (they inherit the variable)."""
+    in this process and in every job it starts (they inherit the variables), and the
+    drivers of those jobs with the JIT of short jobs, whatever makes their session."""
     from sparkeos.core.streaming.spark import CDS_ENV
     from sparkeos.testing.cds import ensure_archive
+    from sparkeos.testing.job import short_job_submit_options
 
     if os.environ.get(CDS_ENV) is None:
         archive = ensure_archive(os.path.join(sys.prefix, "spark-cds"))
         if archive:
             os.environ[CDS_ENV] = archive
+    inherited = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if short_job_submit_options() not in inherited:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{inherited} {short_job_submit_options()}".strip()
 
 
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local SparkSession for the in-process integration tests."""
     from sparkeos.core.streaming.spark import local_session
+    from sparkeos.testing.job import LONG_SESSION_CONF
 
-    session = local_session("sparkeos-integration", "local[2]")
+    session = local_session("sparkeos-integration", "local[2]", LONG_SESSION_CONF)
     yield session
     session.stop()
 

@@ -81,14 +81,20 @@ CDS_ENV = "SPARKEOS_SPARK_CDS"
 used when the file exists, ignored by the JVM when it does not fit."""
 
 
-def _with_class_archive(conf: dict[str, str]) -> dict[str, str]:
+def class_archive_options() -> str:
+    """The driver JVM's options that map Spark's classes from the archive named by
+    ``$SPARKEOS_SPARK_CDS``; empty when there is none."""
     archive = os.environ.get(CDS_ENV, "")
     if not archive or not os.path.exists(archive):
-        return conf
+        return ""
+    return f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def _with_class_archive(conf: dict[str, str]) -> dict[str, str]:
+    shared = class_archive_options()
     options = conf.get("spark.driver.extraJavaOptions", "")
-    if "SharedArchiveFile" in options or "ArchiveClassesAtExit" in options:
+    if not shared or "SharedArchiveFile" in options or "ArchiveClassesAtExit" in options:
         return conf
-    shared = f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
     return {**conf, "spark.driver.extraJavaOptions": f"{options} {shared}".strip()}
 
 

@@ -161,13 +161,28 @@ def crash_after_write(write: Callable[[Any, int], None]) -> Callable[[Any, int],
     return batch_fn
 
 
+SHORT_JOB_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 SHORT_JOB_CONF = {
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
-    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    "spark.driver.extraJavaOptions": SHORT_JOB_JAVA_OPTIONS,
+    "spark.executor.extraJavaOptions": SHORT_JOB_JAVA_OPTIONS,
 }
 """JVM settings for these jobs: each runs seconds, mostly JVM start-up and first
 calls, where the optimising JIT compiler only competes for the cores (measured: three
 driver-kill cases 55 s -> 46 s on 2 cores). Not for benchmarks, which run long."""
+LONG_SESSION_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}
+"""The JIT's default (the optimising compiler too), for a session that serves a whole
+test run (``warm_session``): it overrides ``short_job_submit_options`` inherited."""
+
+
+def short_job_submit_options() -> str:
+    """``SPARK_SUBMIT_OPTS`` for every Spark driver a test run starts, whatever starts
+    it (a job module, an example script, ``sparkeos demo``, a doc block, a Connect
+    server): the JIT of ``SHORT_JOB_CONF`` and the class-data archive
+    (``sparkeos.testing.cds``). An example's own ``SparkSession.builder`` took 35.7 s to
+    run Kafka -> Kafka without them, 22.7 s with them."""
+    from sparkeos.core.streaming.spark import class_archive_options
+
+    return f"{SHORT_JOB_JAVA_OPTIONS} {class_archive_options()}".strip()
 
 
 def run_job_process(spec: JobSpec, fault: str | None = None, timeout: float = 300.0,
@@ -214,7 +229,7 @@ def warm_session() -> Any:
     existing session of the same process is taken as it is)."""
     from sparkeos.core.streaming.spark import local_session
 
-    return local_session("sparkeos-warm-jobs", WARM_MASTER)
+    return local_session("sparkeos-warm-jobs", WARM_MASTER, LONG_SESSION_CONF)
 
 
 def run_in_session(spec: JobSpec, timeout: float = 300.0) -> JobResult:

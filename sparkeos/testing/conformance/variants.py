@@ -17,12 +17,12 @@ from .cases import ConnectorConformance
 from .support import CRASH_BATCH, assert_exactly_once
 
 CONNECT_CASES = frozenset({"test_end_to_end_several_batches", "test_driver_crash_then_restart"})
-SAMPLED_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided",
-                         "after_first_commit")
-"""A kill before the decision (from a task in phase 1), one between the decision and the
-commits and one among the commits: each way a job can die. Variants of a suite that
-change where the job runs or stores its state (Spark Connect, HDFS) run these; the
-protocol code is the same, the in-process crash matrix runs every point against each
+SAMPLED_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_first_commit")
+"""A kill before the decision (from a task in phase 1) and one among the commits: the
+restart rolls the first back, and commits the second's decided participants (one of
+them again, which must do nothing). Variants of a suite that change where the job runs
+or stores its state (Spark Connect, HDFS) run these; the protocol code is the same, the
+in-process crash matrix runs every point (``after_decided`` too) against each
 connector's destination, and the file sink's plain suite every point in real
 processes."""
 
@@ -131,11 +131,13 @@ SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_tra
 class SampledDriverKills:
     """Put first in the bases of a connector's conformance class to kill the driver in
     real processes at one point of each kind (before the decision from a task in phase 1,
-    between the decision and the commits, among the commits) instead of all eight. The
+    among the commits after it) instead of all eight. The
     in-process crash matrix still runs every point against the connector's real
     destination; the points left out (``after_begun``, ``after_all_prepared``,
-    ``after_all_commits``, ``after_finished``) exercise the protocol's code, not the
-    connector's, and the file sink's suite runs them in real processes.
+    ``after_decided``, ``after_all_commits``, ``after_finished``) exercise the
+    protocol's code, not the connector's (after ``after_first_commit`` the restart
+    commits what ``after_decided`` leaves too), and the file sink's suite runs them in
+    real processes.
 
     It samples the other Spark cases the same way: a task retried after it prepared
     (the retry meets the dead attempt's prepared state; a retry before prepare is in
