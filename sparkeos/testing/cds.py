@@ -60,7 +60,10 @@ def _make(path: str, directory: str) -> str | None:
     handle, temp = tempfile.mkstemp(prefix=".spark-cds-", suffix=".jsa", dir=directory)
     os.close(handle)
     os.unlink(temp)  # the JVM creates it at exit
-    env = {key: value for key, value in os.environ.items() if key != CDS_ENV}
+    # An archive inherited in the options (the test session's SPARK_SUBMIT_OPTS) stops a
+    # JVM that dumps one from starting.
+    env = {key: value for key, value in os.environ.items()
+           if key not in (CDS_ENV, "SPARK_SUBMIT_OPTS")}
     result = subprocess.run([sys.executable, "-m", "sparkeos.testing.cds", "--dump", temp],
                             capture_output=True, text=True, env=env, timeout=600)
     if result.returncode != 0 or not os.path.exists(temp):

@@ -8,6 +8,7 @@ from typing import Any
 
 from sparkeos.connectors.delta import DeltaSink
 from sparkeos.testing.conformance import (
+    MERGED_DRIVER_POINTS,
     ConnectorConformance,
     SampledDriverKills,
     SampledFormatConformance,
@@ -16,6 +17,7 @@ from sparkeos.testing.conformance import (
 
 class TestDeltaSink(SampledDriverKills, ConnectorConformance):
     soak_batches_default = 200  # a Delta version per batch; checkpoints every 100
+    driver_kill_points = MERGED_DRIVER_POINTS  # one table commit per batch
     def table(self, workdir: str) -> str:
         return os.path.join(workdir, "orders")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from sparkeos.connectors.iceberg import IcebergSink
 from sparkeos.testing.conformance import (
+    MERGED_DRIVER_POINTS,
     ConnectorConformance,
     SampledDriverKills,
     SampledFormatConformance,
@@ -18,6 +19,7 @@ TABLE = "db.orders"
 
 class TestIcebergSink(SampledDriverKills, ConnectorConformance):
     soak_batches_default = 100  # a snapshot and a metadata file per batch; kills every 97
+    driver_kill_points = MERGED_DRIVER_POINTS  # one table commit per batch
     def catalog(self, workdir: str) -> dict[str, str]:
         os.makedirs(os.path.join(workdir, "warehouse"), exist_ok=True)
         return {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db",

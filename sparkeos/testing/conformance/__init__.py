@@ -94,6 +94,7 @@ from .variants import (
     CONNECT_CASES,
     FORMAT_CASES,
     FORMAT_SAMPLED_POINTS,
+    MERGED_DRIVER_POINTS,
     REPLAY_CASES,
     SAMPLED_DRIVER_POINTS,
     SPARK_CASES,
@@ -109,7 +110,8 @@ from .variants import (
 )
 
 __all__ = ["AFTER_ALL_COMMITS", "AT_LEAST_ONCE_CASES", "BEFORE_DECISION", "CONNECT_CASES",
-           "CRASH_BATCH", "FORMAT_CASES", "FORMAT_SAMPLED_POINTS", "OVERLAP_POINTS", "REPLAY_CASES",
+           "CRASH_BATCH", "FORMAT_CASES", "FORMAT_SAMPLED_POINTS", "MERGED_DRIVER_POINTS",
+           "OVERLAP_POINTS", "REPLAY_CASES",
            "REPLAY_RULE", "SAMPLED_DRIVER_POINTS", "SPARK_CASES", "SPECULATION_CONF",
            "AtLeastOnceConformance", "ClusterConformance", "ConnectConformance",
            "ConnectorConformance", "FormatConformance", "InProcessConformance", "RaceCases",

@@ -25,6 +25,10 @@ or stores its state (Spark Connect, HDFS) run these; the protocol code is the sa
 in-process crash matrix runs every point (``after_decided`` too) against each
 connector's destination, and the file sink's plain suite every point in real
 processes."""
+MERGED_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided")
+"""``SAMPLED_DRIVER_POINTS`` for a sink that commits a batch in one unit (one commit
+group, ``commit_merged``: a table commit): its ``after_first_commit`` comes after the
+whole commit, so the kill between the decision and the commit is ``after_decided``."""
 
 
 class ClusterConformance:
@@ -136,8 +140,9 @@ class SampledDriverKills:
     destination; the points left out (``after_begun``, ``after_all_prepared``,
     ``after_decided``, ``after_all_commits``, ``after_finished``) exercise the
     protocol's code, not the connector's (after ``after_first_commit`` the restart
-    commits what ``after_decided`` leaves too), and the file sink's suite runs them in
-    real processes.
+    commits decided participants, as after ``after_decided``; a sink that commits a
+    batch in one unit sets ``MERGED_DRIVER_POINTS``), and the file sink's suite runs
+    them in real processes.
 
     It samples the other Spark cases the same way: a task retried after it prepared
     (the retry meets the dead attempt's prepared state; a retry before prepare is in
@@ -285,7 +290,8 @@ class SampledFormatConformance(FormatConformance):
 
 
 __all__ = ["AT_LEAST_ONCE_CASES", "CONNECT_CASES", "FORMAT_CASES", "FORMAT_SAMPLED_POINTS",
-           "REPLAY_CASES", "SAMPLED_DRIVER_POINTS", "SPARK_CASES", "AtLeastOnceConformance",
+           "MERGED_DRIVER_POINTS", "REPLAY_CASES", "SAMPLED_DRIVER_POINTS", "SPARK_CASES",
+           "AtLeastOnceConformance",
            "ClusterConformance", "ConnectConformance", "FormatConformance",
            "InProcessConformance", "SampledConformance", "SampledDriverKills",
            "SampledFormatConformance", "TaskCommitClusterConformance"]
