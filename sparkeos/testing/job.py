@@ -94,15 +94,37 @@ RETRIED_NOTE = ("\n[sparkeos.testing] Spark's Python worker did not connect back
                 "Spark's fixed 10 s (a machine under load): the run was started again\n")
 
 
-def again_if_worker_not_started(run: Callable[[], JobResult]) -> JobResult:
+JOB_LOG_ENV = "SPARKEOS_JOB_LOG"
+"""A file to which every run appends a JSON line (the test, where the run ran, its wall
+time, its exit code): what a test run spends its time on."""
+
+
+def _timed(run: Callable[[], JobResult], kind: str) -> JobResult:
+    log = os.environ.get(JOB_LOG_ENV)
+    if not log:
+        return run()
+    import time
+
+    started = time.monotonic()
+    result = run()
+    with open(log, "a") as fh:
+        fh.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "kind": kind,
+                             "seconds": round(time.monotonic() - started, 2),
+                             "returncode": result.returncode}) + "\n")
+    return result
+
+
+def again_if_worker_not_started(run: Callable[[], JobResult], kind: str = "process"
+                                ) -> JobResult:
     """``run()``, and once more if Spark could not start its Python worker in time:
     Spark's own timing, not the job's. The second run is a restart from durable state,
-    as every run is (what a user's restart policy does after this failure)."""
-    result = run()
+    as every run is (what a user's restart policy does after this failure). ``kind``:
+    where the run runs, for ``$SPARKEOS_JOB_LOG``."""
+    result = _timed(run, kind)
     if not result.python_worker_not_started:
         return result
     print(RETRIED_NOTE.strip(), file=sys.stderr)
-    again = run()
+    again = _timed(run, kind)
     return JobResult(again.returncode, again.stdout, result.stderr + RETRIED_NOTE + again.stderr)
 
 
@@ -249,7 +271,7 @@ def run_warm(job: Callable[[Any], object]) -> JobResult:
             return JobResult(1, "", traceback.format_exc())
         return JobResult(0, "", "")
 
-    return again_if_worker_not_started(once)
+    return again_if_worker_not_started(once, "warm")
 
 
 def _child_env(env: dict[str, str] | None, plan: dict[str, str]) -> dict[str, str]:

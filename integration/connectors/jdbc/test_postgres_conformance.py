@@ -10,7 +10,6 @@ from integration.connectors.jdbc.support import PgServer, prepared_on_tables
 from sparkeos.connectors.jdbc import PostgresSink
 from sparkeos.testing.conformance import (
     ClusterConformance,
-    ConnectConformance,
     ConnectorConformance,
     FormatConformance,
     InProcessConformance,
@@ -122,17 +121,6 @@ class TestPostgresWireFaults(WireFaultConformance, TestPostgresSinkConformance):
             "a_third_of_replies_lost": [WireFault(
                 LOST_REPLY, r"^(COMMIT PREPARED|PREPARE TRANSACTION)", fraction=1 / 3)],
         }[step]
-
-
-class TestPostgresSinkConnect(ConnectConformance, TestPostgresSinkConformance):
-    """The PostgreSQL sink through Spark Connect: end to end, and the driver killed
-    between the decision and the commits (the file sink's Connect suite kills it at one
-    point of each kind; what Connect changes is the session, not the connector). Its
-    first batch runs end to end before the kill and its restart runs to the end: the
-    end-to-end case with a restart that finds nothing new is the file sink's."""
-
-    driver_kill_points = ("after_decided",)
-    test_end_to_end_several_batches = None
 
 
 class TestPostgresFormat(SampledFormatConformance, TestPostgresSinkConformance):

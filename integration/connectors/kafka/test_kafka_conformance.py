@@ -26,6 +26,7 @@ from sparkeos.testing.conformance import (
     SampledConformance,
     SampledDriverKills,
     SampledFormatConformance,
+    SampledSpeculation,
     TaskCommitClusterConformance,
     assert_exactly_once,
 )
@@ -37,7 +38,7 @@ from sparkeos.testing.wirefaults import WireFaultConformance
 from .conftest import create_topic, unique_name
 
 
-class TestKafkaSinkStaged(SampledDriverKills, ConnectorConformance):
+class TestKafkaSinkStaged(SampledSpeculation, SampledDriverKills, ConnectorConformance):
     bootstrap: str
     topic: str
     prefix: str

@@ -106,7 +106,9 @@ from .variants import (
     SampledConformance,
     SampledDriverKills,
     SampledFormatConformance,
+    SampledSpeculation,
     TaskCommitClusterConformance,
+    plain_replay_control,
 )
 
 __all__ = ["AFTER_ALL_COMMITS", "AT_LEAST_ONCE_CASES", "BEFORE_DECISION", "CONNECT_CASES",
@@ -116,4 +118,5 @@ __all__ = ["AFTER_ALL_COMMITS", "AT_LEAST_ONCE_CASES", "BEFORE_DECISION", "CONNE
            "AtLeastOnceConformance", "ClusterConformance", "ConnectConformance",
            "ConnectorConformance", "FormatConformance", "InProcessConformance", "RaceCases",
            "ReplayCases", "SampledConformance", "SampledDriverKills", "SampledFormatConformance",
-           "TaskCommitClusterConformance", "assert_exactly_once"]
+           "SampledSpeculation", "TaskCommitClusterConformance", "assert_exactly_once",
+           "plain_replay_control"]

@@ -146,9 +146,17 @@ class SampledDriverKills:
 
     It samples the other Spark cases the same way: a task retried after it prepared
     (the retry meets the dead attempt's prepared state; a retry before prepare is in
-    the in-process matrix), and speculation on the cluster with the copy winning (the
-    original then prepares as a zombie after the decision; both orders run in process
-    against the destination, and the file sink's suite runs both on the cluster).
+    the in-process matrix). Speculation on the cluster is left to the file sink's
+    suites (both winners, both routes) and to ``SampledSpeculation`` (one sink that
+    commits in tasks): what the connector does with two attempts at once (a zombie that
+    prepares after the decision, a copy that wins while the original goes on) runs in
+    process against its destination; what the cluster adds (two attempts really
+    running, Spark choosing the winner and killing the loser) is the route's.
+
+    The plain writer's control runs without a kill (``plain_replay_control``): Spark
+    replays a plain query's last batch, as after a driver killed between the write and
+    Spark's record of the batch, and the reader must count its rows twice. The kill of
+    a plain writer runs in the file sink's suite.
 
     The kills end without the extra run whose task fails with no retries left: that
     abort is Spark's and the protocol's, proven through Spark by the file sink's suites;
@@ -164,13 +172,49 @@ class SampledDriverKills:
     # The start hook's commit is recovery's (the in-process matrix runs it against the
     # destination, the recovery cases through Spark); the file sink's suite runs it.
     test_overlapped_batch_finished_by_a_restart_without_new_input = None
+    test_speculative_attempts_on_a_cluster = None
+
+    @pytest.mark.chaos
+    def test_plain_foreachbatch_duplicates_under_the_same_crash(self, workdir: str) -> None:
+        plain_replay_control(self, workdir)
+
+
+class SampledSpeculation:
+    """Put first in the bases of a ``SampledDriverKills`` class to run speculation on the
+    cluster with the copy winning (the original then prepares as a zombie after the
+    decision): for a sink whose commits run in tasks, where two attempts of a phase-2
+    task meet the destination at once."""
 
     @pytest.mark.speculation
     @pytest.mark.parametrize("winner", ["copy"])
     def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
                                                winner: str) -> None:
-        super().test_speculative_attempts_on_a_cluster(  # type: ignore[misc]
-            workdir, spark_cluster, winner)
+        ConnectorConformance.test_speculative_attempts_on_a_cluster(
+            self, workdir, spark_cluster, winner)  # type: ignore[arg-type]
+
+
+def plain_replay_control(suite: Any, workdir: str) -> None:
+    """The control of a plain ``foreachBatch`` writer without a kill: its query runs to
+    the end, Spark's record of the last batch is removed from the checkpoint (what a
+    driver killed after the write and before that record leaves), and the restart
+    replays the batch. The reader must see its rows twice: a reader that cannot count
+    a duplicate proves nothing of the exactly-once runs."""
+    plain = suite.plain_spec(workdir)
+    if plain is None:
+        pytest.skip("connector gives no plain writer to compare with")
+    expected = suite.prepare_input(workdir)
+    spec = suite.job(workdir, mode="plain", sink=plain)
+    suite.run_to_completion(spec)
+    assert_exactly_once(suite.visible_ids(workdir), expected)
+    commits = os.path.join(spec.checkpoint, "commits")
+    last = max(int(name) for name in os.listdir(commits) if name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        if os.path.exists(os.path.join(commits, name)):
+            os.remove(os.path.join(commits, name))
+    suite.run_to_completion(spec)
+    visible = suite.visible_ids(workdir)
+    assert set(visible) == set(expected)
+    assert len(visible) > len(expected), "plain foreachBatch unexpectedly exactly-once"
 
 
 class InProcessConformance:
@@ -270,7 +314,7 @@ class FormatConformance:
             self, workdir, spark_cluster, winner)  # type: ignore[arg-type]
 
 
-FORMAT_SAMPLED_POINTS = ("kill_driver_after_first_prepare", "after_first_commit")
+FORMAT_SAMPLED_POINTS = SAMPLED_DRIVER_POINTS
 """A kill from a task in phase 1 and one among the commits of phase 2."""
 
 
@@ -294,4 +338,5 @@ __all__ = ["AT_LEAST_ONCE_CASES", "CONNECT_CASES", "FORMAT_CASES", "FORMAT_SAMPL
            "AtLeastOnceConformance",
            "ClusterConformance", "ConnectConformance", "FormatConformance",
            "InProcessConformance", "SampledConformance", "SampledDriverKills",
-           "SampledFormatConformance", "TaskCommitClusterConformance"]
+           "SampledFormatConformance", "SampledSpeculation", "TaskCommitClusterConformance",
+           "plain_replay_control"]
