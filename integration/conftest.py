@@ -49,6 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
 
 
+
 @pytest.fixture(autouse=True)
 def one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     """An exclusive lock (flock, across the pytest sessions of this checkout) on the
@@ -57,9 +58,14 @@ def one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     if thing is None:
         yield
         return
-    from integration.fixtures.services import exclusive, services_dir
+    import time
 
+    from integration.fixtures.services import exclusive, services_dir
+    from sparkeos.testing.job import log_time
+
+    asked = time.monotonic()
     with exclusive(services_dir() / "locks" / f"{thing}.lock"):
+        log_time(f"wait-{thing}", time.monotonic() - asked)  # the other worker held it
         yield
 
 
@@ -97,9 +103,9 @@ def spark_class_archive() -> None:
         archive = ensure_archive(os.path.join(sys.prefix, "spark-cds"))
         if archive:
             os.environ[CDS_ENV] = archive
-    inherited = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    if short_job_submit_options() not in inherited:
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{inherited} {short_job_submit_options()}".strip()
+    inherited, options = os.environ.get("SPARK_SUBMIT_OPTS", ""), short_job_submit_options()
+    if options not in inherited:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{inherited} {options}".strip()
 
 
 @pytest.fixture(scope="session")

@@ -7,17 +7,21 @@ source (every ``format("sparkeos-...")`` query) one more daemon each for the loo
 the formats, the creation of the source, the planning of the write and the streaming
 commits. Those zips hold sources only, and Python never writes bytecode into a zip: each
 such process compiled the modules it imports from source (measured here: importing the
-worker's modules 1.5 s from the zips as shipped, 0.66 s with bytecode, 0.53 s from
+worker's modules 1.5 s from the zips as shipped, 0.76 s with bytecode, 0.53 s from
 site-packages; a 5-batch ``format("sparkeos-parquet")`` job used 15 % less CPU).
 
     python -m sparkeos.testing.bytecode   # add it to the zips of the pyspark imported here
 
 Each module's bytecode goes beside its source in the zip (``module.pyc``, where
 ``zipimport`` looks first), compiled by this interpreter as ``zipimport`` would compile
-it, as an unchecked hash-based ``.pyc`` (PEP 552): nothing of the code changes, only
-whether it is compiled again. A zip already done for this interpreter is left alone; one
-done for another is done again from its sources. ``./run`` does it once per install in
-the project's virtual environments (the tests, the demo, the benchmarks).
+it without ``-O`` (``optimize=0``, whatever this process runs with), as an unchecked
+hash-based ``.pyc`` (PEP 552): nothing of the code changes, only whether it is compiled
+again. (``zipimport`` takes ``module.pyc`` under ``-O`` too: a worker started with
+``-O`` keeps its asserts.) A zip already done for this interpreter is left alone; one
+done for another is done again from its sources. ``./run`` does it once per virtual
+environment and install (the tests, the demo, the benchmarks); a failure costs speed
+only. Run it before Spark starts from that environment: a process importing from a zip
+keeps the zip's offsets.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ def _add_bytecode(target: zipfile.ZipFile, archive: str, info: zipfile.ZipInfo,
         warnings.simplefilter("ignore")  # pyspark's own tests hold SyntaxWarnings
         try:
             code = compile(source, os.path.join(archive, info.filename), "exec",
-                           dont_inherit=True)
+                           dont_inherit=True, optimize=0)
         except SyntaxError:
             return  # zipimport would fail on it as well; leave it to fail there
     data = _bootstrap_external._code_to_hash_pyc(  # what py_compile writes, in memory

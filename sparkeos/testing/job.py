@@ -99,18 +99,22 @@ JOB_LOG_ENV = "SPARKEOS_JOB_LOG"
 time, its exit code): what a test run spends its time on."""
 
 
-def _timed(run: Callable[[], JobResult], kind: str) -> JobResult:
+def log_time(kind: str, seconds: float, returncode: int = 0) -> None:
+    """Append a line to ``$SPARKEOS_JOB_LOG`` (nothing without it)."""
     log = os.environ.get(JOB_LOG_ENV)
-    if not log:
-        return run()
+    if log:
+        with open(log, "a") as fh:
+            fh.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", ""),
+                                 "kind": kind, "seconds": round(seconds, 2),
+                                 "returncode": returncode}) + "\n")
+
+
+def _timed(run: Callable[[], JobResult], kind: str) -> JobResult:
     import time
 
     started = time.monotonic()
     result = run()
-    with open(log, "a") as fh:
-        fh.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "kind": kind,
-                             "seconds": round(time.monotonic() - started, 2),
-                             "returncode": result.returncode}) + "\n")
+    log_time(kind, time.monotonic() - started, result.returncode)
     return result
 
 

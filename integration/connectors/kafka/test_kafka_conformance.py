@@ -26,7 +26,7 @@ from sparkeos.testing.conformance import (
     SampledConformance,
     SampledDriverKills,
     SampledFormatConformance,
-    SampledSpeculation,
+    SampledSparkAttempts,
     TaskCommitClusterConformance,
     assert_exactly_once,
 )
@@ -38,7 +38,7 @@ from sparkeos.testing.wirefaults import WireFaultConformance
 from .conftest import create_topic, unique_name
 
 
-class TestKafkaSinkStaged(SampledSpeculation, SampledDriverKills, ConnectorConformance):
+class TestKafkaSinkStaged(SampledSparkAttempts, SampledDriverKills, ConnectorConformance):
     bootstrap: str
     topic: str
     prefix: str

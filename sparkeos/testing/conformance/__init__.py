@@ -106,7 +106,7 @@ from .variants import (
     SampledConformance,
     SampledDriverKills,
     SampledFormatConformance,
-    SampledSpeculation,
+    SampledSparkAttempts,
     TaskCommitClusterConformance,
     plain_replay_control,
 )
@@ -118,5 +118,5 @@ __all__ = ["AFTER_ALL_COMMITS", "AT_LEAST_ONCE_CASES", "BEFORE_DECISION", "CONNE
            "AtLeastOnceConformance", "ClusterConformance", "ConnectConformance",
            "ConnectorConformance", "FormatConformance", "InProcessConformance", "RaceCases",
            "ReplayCases", "SampledConformance", "SampledDriverKills", "SampledFormatConformance",
-           "SampledSpeculation", "TaskCommitClusterConformance", "assert_exactly_once",
+           "SampledSparkAttempts", "TaskCommitClusterConformance", "assert_exactly_once",
            "plain_replay_control"]

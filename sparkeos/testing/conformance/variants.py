@@ -6,6 +6,7 @@ connector's conformance class to run a part of the suite, or the suite somewhere
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -144,14 +145,15 @@ class SampledDriverKills:
     batch in one unit sets ``MERGED_DRIVER_POINTS``), and the file sink's suite runs
     them in real processes.
 
-    It samples the other Spark cases the same way: a task retried after it prepared
-    (the retry meets the dead attempt's prepared state; a retry before prepare is in
-    the in-process matrix). Speculation on the cluster is left to the file sink's
-    suites (both winners, both routes) and to ``SampledSpeculation`` (one sink that
-    commits in tasks): what the connector does with two attempts at once (a zombie that
-    prepares after the decision, a copy that wins while the original goes on) runs in
-    process against its destination; what the cluster adds (two attempts really
-    running, Spark choosing the winner and killing the loser) is the route's.
+    Task retries and speculation through Spark are the route's: the file sink's suites
+    run them (retries before and after prepare in both routes; speculation with both
+    winners through ``foreachBatch``, the copy winning through the format), and
+    ``SampledSparkAttempts`` keeps one of each for a sink that wants them (Kafka). What
+    the connector does with another attempt runs in process against its destination: a
+    retry that meets the dead attempt's prepared state (``task_fail_after_prepare`` in
+    the crash matrix), a zombie that prepares after the decision, a copy that wins while
+    the original goes on. What Spark adds (its attempt numbers, two attempts really
+    running, its choice of the winner) is the same code for every sink.
 
     The plain writer's control runs without a kill (``plain_replay_control``): Spark
     replays a plain query's last batch, as after a driver killed between the write and
@@ -167,23 +169,27 @@ class SampledDriverKills:
     abort_after_kills = False
     overlap_kill_points = ("after_first_commit",)
 
-    test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
+    test_task_retry_reuses_the_transaction_id = None
     test_recover_refuses_beside_a_long_batch = None  # the route's lease: the file sink's
     # The start hook's commit is recovery's (the in-process matrix runs it against the
     # destination, the recovery cases through Spark); the file sink's suite runs it.
     test_overlapped_batch_finished_by_a_restart_without_new_input = None
     test_speculative_attempts_on_a_cluster = None
 
-    @pytest.mark.chaos
     def test_plain_foreachbatch_duplicates_under_the_same_crash(self, workdir: str) -> None:
         plain_replay_control(self, workdir)
 
 
-class SampledSpeculation:
-    """Put first in the bases of a ``SampledDriverKills`` class to run speculation on the
-    cluster with the copy winning (the original then prepares as a zombie after the
-    decision): for a sink whose commits run in tasks, where two attempts of a phase-2
-    task meet the destination at once."""
+class SampledSparkAttempts:
+    """Put first in the bases of a ``SampledDriverKills`` class to run one task retry and
+    one speculation through Spark: partition 0's first attempt dies after it prepared
+    and Spark's retry (a new attempt number, the same transaction ID) meets its prepared
+    state; and on the cluster the copy wins while the original, held back in phase 1,
+    begins and prepares as a zombie after the decision, beside the phase-2 commits. The
+    Kafka suite keeps them because there each attempt opens a transactional producer
+    and the fencing between them is the broker's."""
+
+    test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
 
     @pytest.mark.speculation
     @pytest.mark.parametrize("winner", ["copy"])
@@ -206,15 +212,23 @@ def plain_replay_control(suite: Any, workdir: str) -> None:
     spec = suite.job(workdir, mode="plain", sink=plain)
     suite.run_to_completion(spec)
     assert_exactly_once(suite.visible_ids(workdir), expected)
-    commits = os.path.join(spec.checkpoint, "commits")
-    last = max(int(name) for name in os.listdir(commits) if name.isdigit())
+    def batches(kind: str) -> list[int]:
+        folder = os.path.join(spec.checkpoint, kind)
+        return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
+
+    last = batches("commits")[-1]
+    assert batches("offsets")[-1] == last == len(expected) // suite.rows_per_file - 1, (
+        "the plain query's last batch is not its last input file")
     for name in (str(last), f".{last}.crc"):
-        if os.path.exists(os.path.join(commits, name)):
-            os.remove(os.path.join(commits, name))
+        if os.path.exists(os.path.join(spec.checkpoint, "commits", name)):
+            os.remove(os.path.join(spec.checkpoint, "commits", name))
     suite.run_to_completion(spec)
     visible = suite.visible_ids(workdir)
     assert set(visible) == set(expected)
-    assert len(visible) > len(expected), "plain foreachBatch unexpectedly exactly-once"
+    twice = sorted((Counter(visible) - Counter(expected)).elements())
+    assert twice == sorted(suite.input_ids()[last]), (
+        f"plain foreachBatch: the replayed batch {last} should be visible twice, "
+        f"these ids are: {twice[:20]}")
 
 
 class InProcessConformance:
@@ -338,5 +352,5 @@ __all__ = ["AT_LEAST_ONCE_CASES", "CONNECT_CASES", "FORMAT_CASES", "FORMAT_SAMPL
            "AtLeastOnceConformance",
            "ClusterConformance", "ConnectConformance", "FormatConformance",
            "InProcessConformance", "SampledConformance", "SampledDriverKills",
-           "SampledFormatConformance", "SampledSpeculation", "TaskCommitClusterConformance",
+           "SampledFormatConformance", "SampledSparkAttempts", "TaskCommitClusterConformance",
            "plain_replay_control"]
