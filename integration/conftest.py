@@ -49,7 +49,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
 
 
-
 @pytest.fixture(autouse=True)
 def one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     """An exclusive lock (flock, across the pytest sessions of this checkout) on the

@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -110,8 +111,6 @@ def log_time(kind: str, seconds: float, returncode: int = 0) -> None:
 
 
 def _timed(run: Callable[[], JobResult], kind: str) -> JobResult:
-    import time
-
     started = time.monotonic()
     result = run()
     log_time(kind, time.monotonic() - started, result.returncode)
