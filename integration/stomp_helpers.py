@@ -10,7 +10,7 @@ name is otherwise a MULTICAST address there). ``/queue/<name>`` works on all thr
 (the local Artemis has ``anycastPrefix=/queue/``); bare names work on Artemis only.
 
 Queue depths without timing: ``queue_depth_artemis`` (the broker's own counters, via
-``docker/services/artemis.sh queue-stat``), ``queue_depth_classic`` (a STOMP queue browser:
+its management address, over STOMP), ``queue_depth_classic`` (a STOMP queue browser:
 ActiveMQ Classic sends every message still in the queue, then a ``browser:end`` frame),
 ``queue_depth_rabbitmq`` (``rabbitmqctl list_queues`` via docker/services/rabbitmq.sh). All
 three count messages that are delivered but not yet acknowledged too.
@@ -18,9 +18,9 @@ three count messages that are delivered but not yet acknowledged too.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
-import re
 import subprocess
 import threading
 import time
@@ -220,53 +220,49 @@ def _stat_fields(line: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in line.split())
 
 
-STAT_FIELDS = ("name", "messageCount", "deliveringCount", "consumerCount", "messagesAdded",
-               "messagesAcked", "scheduledCount")
+STAT_FIELDS = {"messageCount": "messageCount", "deliveringCount": "deliveringCount",
+               "consumerCount": "consumerCount", "messagesAdded": "messagesAdded",
+               "messagesAcked": "messagesAcknowledged", "scheduledCount": "scheduledCount"}
+"""The counters ``queue_stat_artemis`` returns, by the name of Artemis' attribute."""
+
+MANAGEMENT_ADDRESS = "activemq.management"
 
 
-def queue_stat_artemis(name: str, url: str | None = None) -> dict[str, str]:
-    """The counters of the ANYCAST queue ``name`` on the Artemis at ``url`` (default: the
-    session's), by artemis.sh queue-stat or the ``artemis`` CLI in its container:
-    messageCount, deliveringCount, consumerCount, messagesAdded, messagesAcked,
-    scheduledCount. LookupError if there is no such queue."""
-    from integration.fixtures.stomp import ARTEMIS_CONTAINERS, PRIVATE_ARTEMIS
+def queue_stat_artemis(name: str, url: str) -> dict[str, str]:
+    """The counters of the ANYCAST queue ``name`` on the Artemis at ``url`` (``name`` and
+    STAT_FIELDS), read through the broker's management address over STOMP: a message
+    naming the resource (``queue.<name>``) and the attribute, answered on a reply queue
+    of this call. Milliseconds, where the ``artemis`` CLI started a JVM each time (3 s
+    of a core). LookupError if there is no such queue."""
+    with _Session(url) as session:
+        reply = f"mgmt-reply-{uuid.uuid4().hex[:12]}"
+        session.conn.subscribe(reply, id=reply, ack="auto",
+                               headers={"subscription-type": "ANYCAST"})
 
-    if url in PRIVATE_ARTEMIS:
-        return PRIVATE_ARTEMIS[url](name)
-    if ARTEMIS_CONTAINERS:
-        return _queue_stat_in_container(ARTEMIS_CONTAINERS[0], name)
-    return _queue_stat_by_script(name)
+        def read(resource: str, attribute: str) -> Any:
+            session.conn.send(MANAGEMENT_ADDRESS, "", headers={
+                "_AMQ_ResourceName": resource, "_AMQ_Attribute": attribute,
+                "reply-to": reply, "destination-type": "ANYCAST"})
+            try:
+                answer = session.listener.messages.get(timeout=session.timeout)
+            except queue.Empty:
+                raise TimeoutError(f"Artemis at {url} did not answer {resource}.{attribute} "
+                                   f"within {session.timeout} s") from None
+            (value,) = json.loads(answer.body)
+            if answer.headers.get("_AMQ_OperationSucceeded") != "true":
+                raise RuntimeError(f"Artemis at {url}: reading {resource}.{attribute} "
+                                   f"failed: {value}")
+            return value
 
-
-def _queue_stat_by_script(name: str, env: dict[str, str] | None = None) -> dict[str, str]:
-    """artemis.sh queue-stat; ``env`` picks an instance other than the default one."""
-    result = _script("artemis.sh", "queue-stat", name, env=env)
-    if result.returncode == 4:
-        raise LookupError(f"no queue {name!r} on Artemis")
-    if result.returncode != 0:
-        raise RuntimeError(f"artemis.sh queue-stat failed:\n{result.stderr[-2000:]}")
-    return _stat_fields(result.stdout.strip())
-
-
-def _queue_stat_in_container(container: Any, name: str) -> dict[str, str]:
-    from integration.fixtures.stomp import PASSWORD, USER
-
-    code, out = container.exec([
-        "/var/lib/artemis-instance/bin/artemis", "queue", "stat", "--silent", "--json",
-        "--url", "tcp://127.0.0.1:61616", "--user", USER, "--password", PASSWORD,
-        "--field", "NAME", "--operation", "EQUALS", "--value", name])
-    document = re.search(r"(\{.*\})\s*\Z", out, re.DOTALL)  # a banner may come first
-    if code != 0 or not document:
-        raise RuntimeError(f"artemis queue stat in the container failed ({code}):\n{out[-2000:]}")
-    for body in re.findall(r"\{([^{}]*)\}", document.group(1)):
-        fields = dict(re.findall(r'"(\w+)"\s*:\s*"?([^",]*)"?', body))
-        if fields.get("name") == name:
-            return {key: fields.get(key, "?") for key in STAT_FIELDS}
-    raise LookupError(f"no queue {name!r} on Artemis")
+        if name not in read("broker", "queueNames"):
+            raise LookupError(f"no queue {name!r} on Artemis at {url}")
+        stats = {key: str(read(f"queue.{name}", attribute))
+                 for key, attribute in STAT_FIELDS.items()}
+    return {"name": name, **stats}
 
 
-def queue_depth_artemis(name: str, url: str | None = None) -> int:
-    """Messages in queue ``name`` on the Artemis at ``url`` (default: the session's),
+def queue_depth_artemis(name: str, url: str) -> int:
+    """Messages in queue ``name`` on the Artemis at ``url``,
     including delivered but unacknowledged ones; LookupError if the queue does not exist."""
     return int(queue_stat_artemis(name, url)["messageCount"])
 

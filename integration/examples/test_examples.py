@@ -306,7 +306,7 @@ def test_stomp_to_kafka(kafka: KafkaJanitor, artemis_url: str, local_artemis: bo
         if not local_artemis:
             return None
         try:
-            return queue_depth_artemis(queue)
+            return queue_depth_artemis(queue, artemis_url)
         except LookupError:
             return 0  # drained and removed by the broker
 

@@ -28,12 +28,12 @@ def test_artemis_send_ack_drain(artemis_url: str, local_artemis: bool) -> None:
     name = unique_queue("artemis")
     send(artemis_url, name, BODIES)
     if local_artemis:
-        assert queue_depth_artemis(name) == 3
+        assert queue_depth_artemis(name, artemis_url) == 3
     got = drain(artemis_url, name, expect=3)
     assert [m.body for m in got] == BODIES
     assert all(m.headers.get("persistent") == "true" for m in got)
     if local_artemis:
-        assert queue_depth_artemis(name) == 0
+        assert queue_depth_artemis(name, artemis_url) == 0
     assert drain(artemis_url, name, idle=0.5) == []
 
 
@@ -42,10 +42,10 @@ def test_artemis_unacked_messages_stay(artemis_url: str, local_artemis: bool) ->
     send(artemis_url, name, BODIES)
     assert [m.body for m in drain(artemis_url, name, expect=3, ack=False)] == BODIES
     if local_artemis:
-        assert queue_depth_artemis(name) == 3
+        assert queue_depth_artemis(name, artemis_url) == 3
     assert [m.body for m in drain(artemis_url, name, expect=3)] == BODIES
     if local_artemis:
-        assert queue_depth_artemis(name) == 0
+        assert queue_depth_artemis(name, artemis_url) == 0
 
 
 def test_artemis_duplicate_id_is_dropped(artemis_url: str, local_artemis: bool) -> None:
@@ -56,9 +56,9 @@ def test_artemis_duplicate_id_is_dropped(artemis_url: str, local_artemis: bool) 
     send(artemis_url, name, ["b", "b-again"],
          headers=[{"_AMQ_DUPL_ID": f"{name}-2"}, {"_AMQ_DUPL_ID": f"{name}-2"}])
     if local_artemis:
-        assert queue_depth_artemis(name) == 2
+        assert queue_depth_artemis(name, artemis_url) == 2
         got = drain(artemis_url, name, expect=2)
-        assert queue_depth_artemis(name) == 0
+        assert queue_depth_artemis(name, artemis_url) == 0
     else:
         got = drain(artemis_url, name, idle=1.0)
     assert [m.body for m in got] == ["a", "b"]
@@ -70,9 +70,9 @@ def test_artemis_queue_prefix(artemis_url: str, local_artemis: bool) -> None:
         pytest.skip("anycastPrefix=/queue/ is a setting of docker/services/artemis.sh")
     name = unique_queue("artemis")
     send(artemis_url, f"/queue/{name}", BODIES)
-    assert queue_depth_artemis(name) == 3
+    assert queue_depth_artemis(name, artemis_url) == 3
     assert [m.body for m in drain(artemis_url, name, expect=3)] == BODIES
-    assert queue_depth_artemis(name) == 0
+    assert queue_depth_artemis(name, artemis_url) == 0
 
 
 def test_activemq_classic_send_ack_drain(activemq_url: str) -> None:

@@ -33,12 +33,12 @@ from sparkeos.testing.tcpproxy import LOST_REPLY, RESET, STOMP, WireFault
 from sparkeos.testing.wirefaults import WireFaultConformance
 
 
-def output_depth(queue: str, local: bool) -> int | None:
+def output_depth(url: str, queue: str, local: bool) -> int | None:
     """Messages in ``queue`` by the broker's counters (None for a remote broker)."""
     if not local:
         return None
     try:
-        return queue_depth_artemis(queue)
+        return queue_depth_artemis(queue, url)
     except LookupError:
         return 0
 
@@ -85,7 +85,7 @@ class TestStompSinkArtemis(SampledDriverKills, ConnectorConformance):
         return sorted(n for n in names if not n.startswith(".") and n != "published")
 
     def visible_ids(self, workdir: str) -> list[int]:
-        depth = output_depth(self.queue, self.local)
+        depth = output_depth(self.url, self.queue, self.local)
         if depth is None or depth > 0:
             messages = drain(self.url, self.queue, expect=depth, timeout=120.0)
             self.received += [int(json.loads(m.body)["id"]) for m in messages]
