@@ -14,7 +14,6 @@ Marker ``soak``; ``SPARKEOS_SOAK_BATCHES`` scales it (the suite's default is
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import random
 import resource
@@ -101,7 +100,9 @@ def run_soak(workdir: str, make_sink: Callable[[], Any], key: str, batches: int,
         if faults is not None:  # the fault point was not on this batch's path
             coordinator = Coordinator(make_sink(), config, log, key)
         if batch_id % sample_every == 0 or batch_id == batches - 1:
-            gc.collect()
+            # No gc.collect() first: ru_maxrss is the peak, which a collection cannot
+            # lower, and a full collection in a test process that has imported pyspark
+            # and pyarrow cost 0.15 s or more each time.
             rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             baseline_kb = baseline_kb or rss_kb
             left = leftovers()
