@@ -133,6 +133,11 @@ class TestKafkaSinkDirect(AtLeastOnceConformance, TestKafkaSinkStaged):
         kwargs = {k: v for k, v in spec["kwargs"].items() if k != "staging_dir"}
         return {**spec, "kwargs": {**kwargs, "mode": "direct"}}
 
+    # Through Spark too (``SampledDriverKills`` leaves it to the file sink): the killed
+    # worker's producer leaves a transaction open, which the restart must close.
+    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = (
+        ConnectorConformance.test_at_least_once_task_killed_then_replayed_with_fewer_partitions)
+
     def leftovers(self, workdir: str) -> list[str] | None:
         return None  # nothing staged; open transactions: test_kafka_pool.py
 

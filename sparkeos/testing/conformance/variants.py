@@ -27,10 +27,13 @@ or stores its state (Spark Connect, HDFS) run these; the protocol code is the sa
 in-process crash matrix runs every point (``after_decided`` too) against each
 connector's destination, and the file sink's plain suite every point in real
 processes."""
-MERGED_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided")
+MERGED_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided",
+                        "after_first_commit")
 """``SAMPLED_DRIVER_POINTS`` for a sink that commits a batch in one unit (one commit
 group, ``commit_merged``: a table commit): its ``after_first_commit`` comes after the
-whole commit, so the kill between the decision and the commit is ``after_decided``."""
+whole commit, so the kill between the decision and the commit is ``after_decided``;
+``after_first_commit`` (in the background, ``SampledDriverKills``) is the kill after
+the table commit, before the batch's ``finished`` record."""
 
 
 class ClusterConformance:
@@ -137,7 +140,10 @@ SPARK_CASES = ("test_driver_crash_then_restart", "test_task_retry_reuses_the_tra
 class SampledDriverKills:
     """Put first in the bases of a connector's conformance class to kill the driver in
     real processes at one point of each kind (before the decision from a task in phase 1,
-    among the commits after it) instead of all eight. The
+    among the commits after it) instead of all eight, the second in a batch's commit
+    running in the background beside the next batch (``overlap_commits``: what
+    ``test_driver_killed_while_a_batch_commits_in_the_background`` does, which the
+    class leaves out). The
     in-process crash matrix still runs every point against the connector's real
     destination; the points left out (``after_begun``, ``after_all_prepared``,
     ``after_decided``, ``after_all_commits``, ``after_finished``) exercise the
@@ -167,8 +173,17 @@ class SampledDriverKills:
     matrix (``task_fail_after_prepare``)."""
 
     driver_kill_points = SAMPLED_DRIVER_POINTS
+    background_kill_points = frozenset({"after_first_commit"})
     abort_after_kills = False
-    overlap_kill_points = ("after_first_commit",)
+
+    # The kill among the commits runs with overlapping commits, in the background
+    # commit: the driver-kill sequence's last point (``background_kill_points``).
+    test_driver_killed_while_a_batch_commits_in_the_background = None
+    # at_least_once's replay rule runs in process against the destination (a batch half
+    # written, replayed on fewer, more and the same partitions: ``ReplayCases``); the
+    # worker killed through Spark is the route's, run by the file sink's suites and by
+    # Kafka's direct mode (whose killed producer leaves a transaction open).
+    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
 
     test_task_retry_reuses_the_transaction_id = None
     test_recover_refuses_beside_a_long_batch = None  # the route's lease: the file sink's
@@ -273,6 +288,7 @@ class ConnectConformance:
     connect = True
     pytestmark = [pytest.mark.connect]
     driver_kill_points = SAMPLED_DRIVER_POINTS
+    background_kill_points: frozenset[str] = frozenset()
     abort_after_kills = False  # a task's failure is Spark's, the same under Connect
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -310,6 +326,7 @@ class FormatConformance:
     whichever route runs the batch, and are left out."""
 
     route = "format"
+    background_kill_points: frozenset[str] = frozenset()  # overlap is foreachBatch's
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
