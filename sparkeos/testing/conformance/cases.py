@@ -40,14 +40,19 @@ from ..job import JobResult, JobSpec, load_factory, run_job, run_job_process, wr
 from .races import RaceCases
 from .replays import ReplayCases
 from .support import (
-    AFTER_ALL_COMMITS,
-    BEFORE_DECISION,
     CRASH_BATCH,
     OVERLAP_POINTS,
     REPLAY_RULE,
     SPECULATION_CONF,
     assert_exactly_once,
+    assert_visible_after_kill,
 )
+
+
+def overlapping(spec: JobSpec) -> JobSpec:
+    """``spec`` with ``overlap_commits`` on (the test jobs turn it off by default: the
+    kill matrix reads what is visible right after a kill)."""
+    return dataclasses.replace(spec, settings={**spec.settings, "overlap_commits": True})
 
 
 class ConnectorConformance(RaceCases, ReplayCases):
@@ -137,11 +142,8 @@ class ConnectorConformance(RaceCases, ReplayCases):
     driver_kill_points: tuple[str, ...] = (*DRIVER_POINTS, "kill_driver_after_first_prepare")
     """Where ``test_driver_crash_then_restart`` kills the driver, one point per batch."""
     background_kill_points: frozenset[str] = frozenset()
-    """Points of ``driver_kill_points`` whose run has ``overlap_commits`` on, so the kill
-    lands in a batch's commit running in the background beside the next batch (what
-    ``test_driver_killed_while_a_batch_commits_in_the_background`` does, for a class
-    that leaves that case out). Only phase 2's points: before the decision the
-    earlier batch's background commit may still be running at the kill."""
+    """Of ``driver_kill_points``, the last may run with ``overlap_commits`` on: its kill
+    lands in a commit running in the background beside the next batch."""
     abort_after_kills = True
     """Whether ``test_driver_crash_then_restart`` ends with a batch whose task fails
     without retries (the batch is aborted; the next run writes it)."""
@@ -157,30 +159,18 @@ class ConnectorConformance(RaceCases, ReplayCases):
         ``TransactionAbortedError``. The last restart runs to the end: every id exactly
         once."""
         points = self.driver_kill_points
-        background = self.background_kill_points
-        assert background <= set(OVERLAP_POINTS) and set(points[-1:]) >= background, (
-            "background kills are phase 2's, and last: a kill in a background commit may "
-            "leave Spark a batch of two files")
+        background = self.background_kill_points  # phase 2's, last: a batch may take 2 files
+        assert background <= set(OVERLAP_POINTS) and set(points[-1:]) >= background
         aborted = CRASH_BATCH + len(points)
         expected = self.prepare_input(workdir, files=aborted + 2)
         spec = self.job(workdir)  # local[2]: no task retries
         for batch_id, point in enumerate(points, start=CRASH_BATCH):
-            run_spec = spec
-            if point in background:
-                run_spec = dataclasses.replace(
-                    spec, settings={**spec.settings, "overlap_commits": True})
-            crashed = self.run(run_spec, fault=f"{point}@{batch_id}")
+            crashed = self.run(overlapping(spec) if point in background else spec,
+                               fault=f"{point}@{batch_id}")
             assert crashed.crashed, f"fault {point}@{batch_id} did not fire:\n{crashed.tail()}"
-            visible = self.visible_ids(workdir)
-            assert len(visible) == len(set(visible)), f"an id visible twice after {point}"
-            earlier = self.ids_of_batches(batch_id)
-            if point in BEFORE_DECISION:  # invariant 1: nothing visible before the decision
-                assert_exactly_once(visible, earlier)
-            elif point in AFTER_ALL_COMMITS:  # the kill really came after the commits
-                assert_exactly_once(visible, self.ids_of_batches(batch_id + 1))
-            else:
-                known = set(earlier)
-                assert_exactly_once([i for i in visible if i in known], earlier)
+            assert_visible_after_kill(self.visible_ids(workdir), point,
+                                      self.ids_of_batches(batch_id),
+                                      self.ids_of_batches(batch_id + 1))
         if self.abort_after_kills:
             assert not background, "the aborted batch's number assumes one file per batch"
             failed = self.run(spec, fault=f"task_fail_after_prepare@{aborted}")
@@ -214,8 +204,7 @@ class ConnectorConformance(RaceCases, ReplayCases):
         points = self.overlap_kill_points
         # After a kill the next batch may take two files: enough for every point.
         expected = self.prepare_input(workdir, files=CRASH_BATCH + 2 * len(points) + 2)
-        spec = self.job(workdir)
-        spec.settings["overlap_commits"] = True
+        spec = overlapping(self.job(workdir))
         for batch_id, point in enumerate(points, start=CRASH_BATCH):
             crashed = self.run(spec, fault=f"{point}@{batch_id}")
             assert crashed.crashed, f"fault {point}@{batch_id} did not fire:\n{crashed.tail()}"
@@ -236,8 +225,7 @@ class ConnectorConformance(RaceCases, ReplayCases):
         batch: the adapter's start hook (``core.streaming.onstart``) commits it, and every id
         is visible once when the restarted query ends."""
         expected = self.prepare_input(workdir, files=2)
-        spec = self.job(workdir)
-        spec.settings["overlap_commits"] = True
+        spec = overlapping(self.job(workdir))
         last = 1  # one file per batch: batches 0 and 1
         crashed = self.run(spec, fault=f"{COUNTED_POINT}@{last}")
         assert crashed.crashed, f"{COUNTED_POINT} did not fire:\n{crashed.tail()}"

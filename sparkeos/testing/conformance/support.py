@@ -47,3 +47,19 @@ def assert_exactly_once(visible: list[int], expected: list[int]) -> None:
 
 __all__ = ["AFTER_ALL_COMMITS", "BEFORE_DECISION", "CRASH_BATCH", "OVERLAP_POINTS",
            "REPLAY_RULE", "SPECULATION_CONF", "assert_exactly_once"]
+
+
+def assert_visible_after_kill(visible: list[int], point: str, earlier: list[int],
+                              through_killed: list[int]) -> None:
+    """What a reader may see right after the driver was killed at ``point`` of a batch
+    (``earlier``: the ids of the batches before it; ``through_killed``: with its own): no
+    id twice, every earlier batch exactly once, nothing of the killed batch before its
+    decision (invariant 1), all of it after its commits."""
+    assert len(visible) == len(set(visible)), f"an id visible twice after {point}"
+    if point in BEFORE_DECISION:
+        assert_exactly_once(visible, earlier)
+    elif point in AFTER_ALL_COMMITS:  # the kill really came after the commits
+        assert_exactly_once(visible, through_killed)
+    else:
+        known = set(earlier)
+        assert_exactly_once([i for i in visible if i in known], earlier)
