@@ -82,8 +82,6 @@ def test_kafka_pipeline_survives_repeated_driver_kills(
         assert result.crashed, f"{fault} did not crash the driver:\n{result.tail()}"
     run_to_completion(spec)
     assert_exactly_once(output_ids(spec.bootstrap, spec.output_topic), expected)
-    run_to_completion(spec, restarts=1)  # nothing new to read: nothing new written
-    assert_exactly_once(output_ids(spec.bootstrap, spec.output_topic), expected)
 
 
 @pytest.mark.chaos
@@ -107,11 +105,11 @@ def test_kafka_to_spark_to_postgres_survives_repeated_driver_kills(
     spec, expected = pipeline
     spec.sink, spec.pg_dsn = "postgres", pg_server.dsn
     spec.pg_table, spec.pg_marker_table = names.table, names.marker
-    # The phase 1 kill is the Kafka pipeline's; here the points with the table's
-    # prepared transactions decided, and one of them committed.
-    for fault in ("after_decided@1", "after_first_commit@2"):
-        result = run_kafka_job(spec, fault)
-        assert result.crashed, f"{fault} did not crash the driver:\n{result.tail()}"
+    # The phase 1 kill and the one after the decision are the Kafka pipeline's; here
+    # the table's prepared transactions decided and one of them committed: the restart
+    # commits the other, while Spark replays the batch from the source's offsets.
+    result = run_kafka_job(spec, "after_first_commit@1")
+    assert result.crashed, f"after_first_commit@1 did not crash the driver:\n{result.tail()}"
     run_to_completion(spec)
     with psycopg2.connect(pg_server.dsn) as conn, conn.cursor() as cur:
         cur.execute(f'SELECT id FROM "{names.table}"')

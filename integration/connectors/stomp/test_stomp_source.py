@@ -194,11 +194,10 @@ def test_stomp_to_postgres_survives_kills(artemis_url: str, local_artemis: bool,
     spec = make_spec(broker, str(tmp_path), sink="postgres")
     spec.output, spec.pg_dsn = names.table, pg_server.dsn
     publish(broker, spec.input_queue, list(range(MESSAGES)))
-    # The source's kill is the file pipeline's; here the points where PostgreSQL holds
-    # prepared transactions: at the decision, and with one of them committed.
-    for kill in ("after_decided@1", "after_first_commit@2"):
-        fault, source_fault = (None, kill) if kill.startswith("source_") else (kill, None)
-        run_until_crash(spec, fault, source_fault)
+    # The source's kills and the one at the decision are the file pipeline's; here
+    # PostgreSQL's prepared transactions decided and one of them committed, the batch's
+    # messages not yet acknowledged.
+    run_until_crash(spec, "after_first_commit@1", None)
     drain_job(spec, broker)
     with psycopg2.connect(pg_server.dsn) as conn, conn.cursor() as cur:
         cur.execute(f'SELECT id FROM "{names.table}"')
