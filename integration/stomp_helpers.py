@@ -246,18 +246,29 @@ def queue_stat_artemis(name: str, url: str) -> dict[str, str]:
             try:
                 answer = session.listener.messages.get(timeout=session.timeout)
             except queue.Empty:
+                refused = "; ".join(session.listener.errors)  # e.g. no manage permission
                 raise TimeoutError(f"Artemis at {url} did not answer {resource}.{attribute} "
-                                   f"within {session.timeout} s") from None
+                                   f"within {session.timeout} s"
+                                   + (f": {refused}" if refused else "")) from None
             (value,) = json.loads(answer.body)
             if answer.headers.get("_AMQ_OperationSucceeded") != "true":
                 raise RuntimeError(f"Artemis at {url}: reading {resource}.{attribute} "
                                    f"failed: {value}")
             return value
 
+        def missing() -> LookupError:
+            return LookupError(f"no queue {name!r} on Artemis at {url}")
+
         if name not in read("broker", "queueNames"):
-            raise LookupError(f"no queue {name!r} on Artemis at {url}")
-        stats = {key: str(read(f"queue.{name}", attribute))
-                 for key, attribute in STAT_FIELDS.items()}
+            raise missing()
+        try:
+            stats = {key: str(read(f"queue.{name}", attribute))
+                     for key, attribute in STAT_FIELDS.items()}
+        except RuntimeError:
+            # Removed meanwhile (the broker deletes an auto-created queue once drained)?
+            if name not in read("broker", "queueNames"):
+                raise missing() from None
+            raise
     return {"name": name, **stats}
 
 

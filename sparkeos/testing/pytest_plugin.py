@@ -40,7 +40,7 @@ MARKERS = {
     "clouds": "puts commit logs, staging or output on Google Cloud Storage and Azure Blob "
               "Storage emulators (docker/services/gcs.sh, azure.sh); deselect with "
               "-m 'not clouds'",
-    "soak": "a long run compressed: thousands of tiny batches with kills and task "
+    "soak": "a long run compressed: hundreds to thousands of tiny batches with kills and task "
             "retries, checking that everything stays bounded (SPARKEOS_SOAK_BATCHES "
             "scales it); deselect with -m 'not soak'",
 }

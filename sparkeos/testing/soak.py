@@ -1,4 +1,4 @@
-"""The soak case: a query that runs for days, compressed. Thousands of tiny batches
+"""The soak case: a query that runs for days, compressed. Hundreds to thousands of tiny batches
 through the real connector and destination, in process (no Spark: a batch costs what
 the connector costs), with driver kills (a new coordinator, as a restarted query) and
 failed task attempts (retried under the next attempt number) sprinkled in, and small

@@ -90,7 +90,7 @@ class TestFileSinkParquet(ConnectorConformance):
         table = read_output(self.output(workdir), self.format)
         return table.column("id").to_pylist() if table.num_rows else []
 
-    soak_batches_default = 300
+    soak_batches_default = 500
 
     def soak_settings(self) -> dict[str, Any]:
         # The soak proves what stays bounded, not durability (no machine crashes in

@@ -47,7 +47,7 @@ class TestPostgresSinkConformance(SampledDriverKills, ClusterConformance, Connec
     def leftovers(self, workdir: str) -> list[str] | None:
         return prepared_on_tables(self.dsn, self.names.table, self.names.marker)
 
-    soak_batches_default = 300  # marker retention 10: crossed 30 times, 3 driver kills
+    soak_batches_default = 1000
 
     def soak_settings(self) -> dict[str, Any]:
         return {"marker_retention": 10}

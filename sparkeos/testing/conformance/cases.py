@@ -602,7 +602,7 @@ class ConnectorConformance(RaceCases, ReplayCases):
 
     @pytest.mark.soak
     def test_soak_many_tiny_batches_stay_bounded(self, workdir: str) -> None:
-        """Thousands of tiny batches with driver kills and task retries sprinkled in:
+        """Hundreds to thousands of tiny batches with driver kills and task retries sprinkled in:
         every id exactly once, and the commit log, the connector's bookkeeping, what is
         staged or prepared and the driver's memory stay bounded."""
         from ..soak import RETAIN_BATCHES, run_soak, soak_batches
