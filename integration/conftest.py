@@ -60,7 +60,7 @@ def one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     import time
 
     from integration.fixtures.services import exclusive, services_dir
-    from sparkeos.testing.job import log_time
+    from sparkeos.testing.joblog import log_time
 
     asked = time.monotonic()
     with exclusive(services_dir() / "locks" / f"{thing}.lock"):

@@ -28,6 +28,8 @@ import sys
 import tempfile
 from typing import Any
 
+from sparkeos.testing.joblog import log_time
+
 FLAG = "--ahead"
 """``python -m MODULE --ahead SETTINGS``: make the session from the JSON ``SETTINGS``,
 then ``wait_for_spec()``."""
@@ -80,6 +82,7 @@ def take(module: str, settings: dict[str, Any], cwd: str | None, env: dict[str, 
     proc = _waiting.pop(_key(module, settings, cwd, env), None)
     discard_all()
     if proc is None or proc.poll() is not None or proc.stdin is None:
+        log_time("ahead-none", 0.0)  # the run starts cold
         return None
     try:
         proc.stdin.write(json.dumps({"spec": spec_path, "plan": plan}) + "\n")
@@ -88,12 +91,14 @@ def take(module: str, settings: dict[str, Any], cwd: str | None, env: dict[str, 
         _kill(proc)
         return None
     proc.stdin = None  # sent and closed: communicate() has nothing more to write
+    log_time("ahead-taken", 0.0)
     return proc
 
 
 def discard_all() -> None:
     while _waiting:
         _kill(_waiting.popitem()[1])
+        log_time("ahead-discarded", 0.0)  # its start's CPU spent for nothing
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:

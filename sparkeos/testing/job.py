@@ -32,6 +32,7 @@ from typing import Any
 
 from sparkeos.core.faults import CRASH_EXIT_CODE, ENV_VAR
 from sparkeos.testing import ahead
+from sparkeos.testing.joblog import log_time
 
 INPUT_SCHEMA = "id long, payload string"
 JOB_MODULE = "sparkeos.testing.job"
@@ -93,21 +94,6 @@ class JobResult:
 WORKER_NOT_STARTED = "Python worker failed to connect back"
 RETRIED_NOTE = ("\n[sparkeos.testing] Spark's Python worker did not connect back within "
                 "Spark's fixed 10 s (a machine under load): the run was started again\n")
-
-
-JOB_LOG_ENV = "SPARKEOS_JOB_LOG"
-"""A file to which every run appends a JSON line (the test, where the run ran, its wall
-time, its exit code): what a test run spends its time on."""
-
-
-def log_time(kind: str, seconds: float, returncode: int = 0) -> None:
-    """Append a line to ``$SPARKEOS_JOB_LOG`` (nothing without it)."""
-    log = os.environ.get(JOB_LOG_ENV)
-    if log:
-        with open(log, "a") as fh:
-            fh.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", ""),
-                                 "kind": kind, "seconds": round(seconds, 2),
-                                 "returncode": returncode}) + "\n")
 
 
 def _timed(run: Callable[[], JobResult], kind: str) -> JobResult:
