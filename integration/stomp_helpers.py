@@ -228,12 +228,13 @@ STAT_FIELDS = {"messageCount": "messageCount", "deliveringCount": "deliveringCou
 MANAGEMENT_ADDRESS = "activemq.management"
 
 
-def queue_stat_artemis(name: str, url: str) -> dict[str, str]:
-    """The counters of the ANYCAST queue ``name`` on the Artemis at ``url`` (``name`` and
-    STAT_FIELDS), read through the broker's management address over STOMP: a message
-    naming the resource (``queue.<name>``) and the attribute, answered on a reply queue
-    of this call. Milliseconds, where the ``artemis`` CLI started a JVM each time (3 s
-    of a core). LookupError if there is no such queue."""
+def queue_stat_artemis(name: str, url: str,
+                       fields: tuple[str, ...] = tuple(STAT_FIELDS)) -> dict[str, str]:
+    """The counters ``fields`` (of STAT_FIELDS) of the ANYCAST queue ``name`` on the
+    Artemis at ``url``, with ``name``, read through the broker's management address
+    over STOMP: a message naming the resource (``queue.<name>``) and the attribute,
+    answered on a reply queue of this call. Milliseconds, where the ``artemis`` CLI
+    started a JVM each time (3 s of a core). LookupError if there is no such queue."""
     with _Session(url) as session:
         reply = f"mgmt-reply-{uuid.uuid4().hex[:12]}"
         session.conn.subscribe(reply, id=reply, ack="auto",
@@ -262,8 +263,7 @@ def queue_stat_artemis(name: str, url: str) -> dict[str, str]:
         if name not in read("broker", "queueNames"):
             raise missing()
         try:
-            stats = {key: str(read(f"queue.{name}", attribute))
-                     for key, attribute in STAT_FIELDS.items()}
+            stats = {key: str(read(f"queue.{name}", STAT_FIELDS[key])) for key in fields}
         except RuntimeError:
             # Removed meanwhile (the broker deletes an auto-created queue once drained)?
             if name not in read("broker", "queueNames"):
@@ -275,7 +275,7 @@ def queue_stat_artemis(name: str, url: str) -> dict[str, str]:
 def queue_depth_artemis(name: str, url: str) -> int:
     """Messages in queue ``name`` on the Artemis at ``url``,
     including delivered but unacknowledged ones; LookupError if the queue does not exist."""
-    return int(queue_stat_artemis(name, url)["messageCount"])
+    return int(queue_stat_artemis(name, url, ("messageCount",))["messageCount"])
 
 
 def queue_depth_rabbitmq(name: str) -> int:
