@@ -22,7 +22,7 @@ anything else                              ``RetriableError`` (phase 2) or
 Messages name the sink, the batch, the transactional ID and what to do; they never
 contain configuration values (secrets stay out of logs and the commit log). ``failed``
 is ``translate`` for a sink's participant; ``is_retriable`` / ``requires_abort`` /
-``is_fenced`` / ``underlying`` classify errors for the retry policy.
+``is_fenced`` / ``is_permanent`` / ``underlying`` classify errors for the retry policy.
 """
 
 from __future__ import annotations
@@ -105,6 +105,14 @@ def is_retriable(exc: BaseException) -> bool:
         return bool(err.retriable()) or str(err.name()) in _RETRIABLE - {"TRANSACTION_ABORTABLE"}
     except Exception:
         return False
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """An error that the same call cannot get past by trying again: configuration,
+    credentials, a record the topic refuses (``MSG_SIZE_TOO_LARGE`` is also
+    "abortable": the transaction must be aborted, but every new one fails alike)."""
+    name = error_name(exc)
+    return name in _CONFIG or name in _AUTH or name == "INVALID_TRANSACTION_TIMEOUT"
 
 
 def requires_abort(exc: BaseException) -> bool:

@@ -29,7 +29,15 @@ from sparkeos.core.steps import commit_step
 
 from . import clients, markers, producers, staged
 from .config import KafkaConfig
-from .errors import PHASE2, failed, is_fenced, is_retriable, requires_abort, underlying
+from .errors import (
+    PHASE2,
+    failed,
+    is_fenced,
+    is_permanent,
+    is_retriable,
+    requires_abort,
+    underlying,
+)
 
 _ATTEMPTS = 4
 KEPT_MARKER_READ_S = 3.0
@@ -60,8 +68,11 @@ def commit_unit(config: KafkaConfig, unit: Sequence[tuple[Transaction, Receipt]]
             raise
         except Exception as exc:
             # Leader moves, broker restarts, an abortable error: start over with a
-            # fresh producer (its init_transactions aborts what is left open).
-            transient = is_retriable(exc) or requires_abort(exc) or is_fenced(exc)
+            # fresh producer (its init_transactions aborts what is left open). A
+            # refused record fails every try alike, and a later try's different
+            # failure (a marker read timing out) would hide its cause.
+            transient = not is_permanent(exc) and (
+                is_retriable(exc) or requires_abort(exc) or is_fenced(exc))
             if transient and attempt < _ATTEMPTS and time.monotonic() < deadline:
                 time.sleep(0.2 * attempt)
                 continue

@@ -50,3 +50,58 @@ def test_a_held_marker_consumer_outlives_its_eviction() -> None:
             held.consumer_group_metadata()
     finally:
         clients.clear_caches()
+
+
+def _refused(name: str, *, abortable: bool = False, retriable: bool = False) -> Exception:
+    from confluent_kafka import KafkaError, KafkaException
+
+    return KafkaException(KafkaError(getattr(KafkaError, name), f"{name} here",
+                                     retriable=retriable, txn_requires_abort=abortable))
+
+
+@pytest.mark.parametrize("name", ["MSG_SIZE_TOO_LARGE", "TOPIC_AUTHORIZATION_FAILED"])
+def test_a_refused_commit_is_not_tried_again_and_names_its_cause(
+        monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """A record the topic refuses makes the transaction "abortable", but every new
+    try fails alike: one try, and the error names the refusal (a later try's
+    different failure, such as a marker read timing out, would hide it)."""
+    from sparkeos.connectors.kafka import publish
+    from sparkeos.core.errors import ConfigurationError
+    from sparkeos.core.snapshot.txpool import TransactionPool
+
+    tries = []
+
+    def refuse(*args: Any) -> None:
+        tries.append(args)
+        raise _refused(name, abortable=True)
+
+    monkeypatch.setattr(publish, "publish", refuse)
+    txn = TransactionPool("q", "out").transaction(1, 0, 0, 0)
+    with pytest.raises(ConfigurationError, match=name):
+        publish.commit_unit(sink(), [(txn, staged(1))], recovering=False)
+    assert len(tries) == 1
+
+
+def test_a_transient_commit_failure_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkeos.connectors.kafka import publish
+    from sparkeos.connectors.kafka import staged as staged_files
+    from sparkeos.core.snapshot.txpool import TransactionPool
+
+    tries = []
+
+    def flaky(*args: Any) -> None:
+        tries.append(args)
+        if len(tries) == 1:
+            raise _refused("NOT_COORDINATOR", retriable=True)
+
+    monkeypatch.setattr(publish, "publish", flaky)
+    monkeypatch.setattr(publish.time, "sleep", lambda s: None)
+    monkeypatch.setattr(staged_files, "staging_area", lambda config: _NoStaging())
+    txn = TransactionPool("q", "out").transaction(1, 0, 0, 0)
+    publish.commit_unit(sink(), [(txn, staged(1))], recovering=False)
+    assert len(tries) == 2
+
+
+class _NoStaging:
+    def delete(self, txn: Any) -> None:
+        pass
