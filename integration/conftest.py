@@ -91,13 +91,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def spark_class_archive() -> None:
-    """Spark starts from a class-data archive (made once per JDK and Spark: about 15 s),
-    in this process and in every job it starts (they inherit the variables), and the
-    drivers of those jobs with the JIT of short jobs, whatever makes their session."""
+    """Spark starts from the test runs' Spark home (``sparkeos.testing.sparkhome``: its
+    Python processes import pyspark from the virtual environment) and a class-data
+    archive (made once per JDK and Spark: about 15 s), in this process and in every job
+    it starts (they inherit the variables), and the drivers of those jobs with the JIT
+    of short jobs, whatever makes their session."""
     from sparkeos.core.streaming.spark import CDS_ENV
     from sparkeos.testing.cds import ensure_archive
     from sparkeos.testing.job import short_job_submit_options
+    from sparkeos.testing.sparkhome import shadow_home
 
+    if os.environ.get("SPARK_HOME") is None:
+        home = shadow_home(os.path.join(sys.prefix, "spark-home"))
+        if home:
+            os.environ["SPARK_HOME"] = home
     if os.environ.get(CDS_ENV) is None:
         archive = ensure_archive(os.path.join(sys.prefix, "spark-cds"))
         if archive:

@@ -24,19 +24,22 @@ import sys
 import tempfile
 
 from sparkeos.core.streaming.spark import CDS_ENV
+from sparkeos.testing import sparkhome
 
 
 def archive_name() -> str:
-    """``spark-<digest>.jsa``, the digest of the JDK and of pyspark's jars."""
+    """``spark-<digest>.jsa``, the digest of the JDK, of Spark's home (the archive
+    holds the class path's names: ``sparkeos.testing.sparkhome``) and of its jars."""
     import pyspark
 
-    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    home = sparkhome.spark_home()
+    jars = os.path.join(home, "jars")
     try:
         listing = sorted(os.listdir(jars))
     except OSError:
         listing = []
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    digest = hashlib.sha256("\n".join([java, pyspark.__version__, *listing]).encode())
+    digest = hashlib.sha256("\n".join([java, pyspark.__version__, home, *listing]).encode())
     return f"spark-{digest.hexdigest()[:16]}.jsa"
 
 

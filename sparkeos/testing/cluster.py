@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkeos.cli import pid_alive
+from sparkeos.testing import sparkhome
 
 MASTER_HOST = "127.0.0.1"
 WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
@@ -59,9 +60,8 @@ class ClusterConfig:
 
 
 def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
+    """The test run's Spark home (``sparkeos.testing.sparkhome``)."""
+    return Path(sparkhome.spark_home())
 
 
 def _pid_file(config: ClusterConfig, name: str) -> Path:
