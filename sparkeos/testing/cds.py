@@ -16,7 +16,6 @@ archive that does not fit is ignored by the JVM (it starts as usual). Sessions m
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import subprocess
@@ -25,6 +24,7 @@ import tempfile
 
 from sparkeos.core.streaming.spark import CDS_ENV
 from sparkeos.testing import sparkhome
+from sparkeos.testing.once import made_once
 
 
 def archive_name() -> str:
@@ -46,20 +46,11 @@ def archive_name() -> str:
 def ensure_archive(directory: str) -> str | None:
     """The archive for this JDK and Spark in ``directory``, made first if missing (about
     15 s, once); None if it cannot be made (Spark then starts as usual)."""
-    path = os.path.join(directory, archive_name())
-    if os.path.exists(path):
-        return path
-    os.makedirs(directory, exist_ok=True)
-    # Two test sessions may start at once (./run test runs two pytest workers): one
-    # makes the archive, the other waits for it.
-    with open(os.path.join(directory, ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(path):
-            return path
-        return _make(path, directory)
+    return made_once(os.path.join(directory, archive_name()), _make)
 
 
-def _make(path: str, directory: str) -> str | None:
+def _make(path: str) -> str | None:
+    directory = os.path.dirname(path)
     handle, temp = tempfile.mkstemp(prefix=".spark-cds-", suffix=".jsa", dir=directory)
     os.close(handle)
     os.unlink(temp)  # the JVM creates it at exit

@@ -24,13 +24,14 @@ pyspark as installed, as users do.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import sys
 import tempfile
 import zipfile
+
+from sparkeos.testing.once import made_once
 
 ZIPS = os.path.join("python", "lib")
 
@@ -52,24 +53,20 @@ def shadow_home(directory: str) -> str | None:
     if missing; None if it cannot be made (Spark then runs from pyspark's own)."""
     source = installed_home()
     digest = hashlib.sha256(f"{source}\n{sorted(os.listdir(source))}".encode())
-    path = os.path.join(directory, f"spark-home-{digest.hexdigest()[:16]}")
-    if os.path.isdir(path):
-        return path
-    os.makedirs(directory, exist_ok=True)
-    # Two test sessions may start at once (./run test runs two pytest workers).
-    with open(os.path.join(directory, ".spark-home.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.isdir(path):
-            return path
-        try:
-            temp = tempfile.mkdtemp(prefix=".spark-home-", dir=directory)
-            os.chmod(temp, 0o755)
-            _populate(temp, source)
-            os.rename(temp, path)
-        except OSError:
-            shutil.rmtree(temp, ignore_errors=True)
-            return None
-        return path
+    return made_once(os.path.join(directory, f"spark-home-{digest.hexdigest()[:16]}"),
+                     lambda path: _make(path, source))
+
+
+def _make(path: str, source: str) -> str | None:
+    temp = tempfile.mkdtemp(prefix=".spark-home-", dir=os.path.dirname(path))
+    try:
+        os.chmod(temp, 0o755)
+        _populate(temp, source)
+        os.rename(temp, path)
+    except OSError:
+        shutil.rmtree(temp, ignore_errors=True)
+        return None
+    return path
 
 
 def _populate(target: str, source: str) -> None:
