@@ -36,6 +36,7 @@ from sparkeos.core.snapshot.txpool import query_key_for
 
 from . import epochchecks, epochrecord, identity
 from .epochopen import Opening
+from .workerpath import steady_spark_archives
 
 ROWS_PER_WRITE = 1000
 OPEN_AHEAD = True
@@ -117,6 +118,7 @@ class EpochWriter:
 
     # -- ForeachWriter -----------------------------------------------------------------------
     def open(self, partition_id: int, epoch_id: int) -> bool:
+        steady_spark_archives()
         ctx = _task_context()
         query = identity.of_real_time_task(
             ctx.getLocalProperty("sql.streaming.queryId") if ctx else None,

@@ -16,6 +16,8 @@ import pyarrow as pa
 from sparkeos.core.errors import ConfigurationError, SparkStoppedError
 from sparkeos.core.snapshot.tasks import TaskAttempt, TaskFunction, TaskResult
 
+from .workerpath import steady_spark_archives
+
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 RUN_ID_PROPERTY = "spark.jobGroup.id"
 """Spark runs every job of a streaming query run in a job group named by its run ID."""
@@ -186,6 +188,7 @@ class SparkBatchRunner:
         def run_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
 
+            steady_spark_archives()
             ctx = TaskContext.get()
             assert ctx is not None
             attempt = TaskAttempt(
@@ -212,10 +215,14 @@ class SparkBatchRunner:
 def run_in_tasks(session: Any, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     """``fn`` of each item, one Spark task per item, in classic mode and under Connect.
     ``SparkStoppedError`` when the session's context stopped before or under the job."""
+    def run(item: Any) -> Any:
+        steady_spark_archives()
+        return fn(item)
+
     if not is_connect(session):
         try:
             sc = session.sparkContext
-            return list(sc.parallelize(list(items), len(items)).map(fn).collect())
+            return list(sc.parallelize(list(items), len(items)).map(run).collect())
         except Exception as exc:
             if not context_stopped(session):
                 raise
@@ -232,7 +239,7 @@ def run_in_tasks(session: Any, fn: Callable[[Any], Any], items: Sequence[Any]) -
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 yield pa.RecordBatch.from_pydict(
-                    {"index": [index], "result": [pickle.dumps(fn(work[index]))]},
+                    {"index": [index], "result": [pickle.dumps(run(work[index]))]},
                     schema=pa.schema([("index", pa.int64()), ("result", pa.binary())]))
 
     rows = (session.range(0, len(work), 1, len(work))

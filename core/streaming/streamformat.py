@@ -30,6 +30,7 @@ from sparkeos.core.errors import ConfigurationError, UnsupportedSparkError
 from sparkeos.core.storage.stores import settings as store_settings
 
 from .sparkversion import check_pyspark
+from .workerpath import steady_spark_archives
 
 if TYPE_CHECKING:  # imported where used: Spark imports a format where it needs only the class
     import pyarrow as pa
@@ -313,6 +314,7 @@ class FormatWriter(DataSourceStreamArrowWriter):  # type: ignore[misc, valid-typ
 
         from .formatbatch import run_task
 
+        steady_spark_archives()
         ctx = TaskContext.get()
         assert ctx is not None and self.planned is not None
         with store_settings.using(getattr(self, "locations", {})):
@@ -322,6 +324,7 @@ class FormatWriter(DataSourceStreamArrowWriter):  # type: ignore[misc, valid-typ
         return PreparedPartition(result)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        steady_spark_archives()
         assert self.query is not None
         if self.planned is not None:  # the commit worker began a run of its own
             raise UnsupportedSparkError(_TELLS_PLAN_FROM_COMMIT)
