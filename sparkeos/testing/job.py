@@ -312,7 +312,8 @@ def run_spec_process(module: str, spec: dict[str, Any], spec_path: str,
         if ahead_settings is not None:
             base_env = _child_env(env, {})
             proc = ahead.take(module, ahead_settings, cwd, base_env, spec_path, plan)
-            ahead.start(module, ahead_settings, cwd, base_env)  # warms up beside this run
+            if ahead.restart_follows(plan):  # warms up beside this run
+                ahead.start(module, ahead_settings, cwd, base_env)
         if proc is None:
             proc = subprocess.Popen(
                 [sys.executable, "-m", module, spec_path], cwd=cwd, stdout=subprocess.PIPE,
