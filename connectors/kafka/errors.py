@@ -110,9 +110,15 @@ def is_retriable(exc: BaseException) -> bool:
 def is_permanent(exc: BaseException) -> bool:
     """An error that the same call cannot get past by trying again: configuration,
     credentials, a record the topic refuses (``MSG_SIZE_TOO_LARGE`` is also
-    "abortable": the transaction must be aborted, but every new one fails alike)."""
+    "abortable": the transaction must be aborted, but every new one fails alike).
+    One that librdkafka marks retriable is not."""
     name = error_name(exc)
-    return name in _CONFIG or name in _AUTH or name == "INVALID_TRANSACTION_TIMEOUT"
+    if name not in _CONFIG and name not in _AUTH and name != "INVALID_TRANSACTION_TIMEOUT":
+        return False
+    try:
+        return not _kafka_error(exc).retriable()  # librdkafka's word first
+    except Exception:
+        return True
 
 
 def requires_abort(exc: BaseException) -> bool:

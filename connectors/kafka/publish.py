@@ -94,8 +94,8 @@ def publish(config: KafkaConfig, unit: Sequence[tuple[Transaction, Receipt]],
     try:
         _publish_with(config, producer, unit, recovering, kept)
         return
-    except Exception:
-        if not kept:
+    except Exception as exc:
+        if not kept or is_permanent(exc):
             raise
     _publish_with(config, producers.init_producer(config, first, PHASE2), unit, recovering,
                   False)

@@ -51,16 +51,20 @@ def steady_spark_archives() -> None:
         if type(finder) is not zipimport.zipimporter:
             continue
         archive = str(finder.archive)
-        if _is_spark_jar(archive):
-            cache[path] = _NoModules()  # type: ignore[assignment]
-        elif _is_pyspark_zip(archive):
-            cache[path] = _SteadyZip(path)
+        try:
+            if _is_spark_jar(archive):
+                cache[path] = _NoModules()  # type: ignore[assignment]
+            elif _is_pyspark_zip(archive):
+                cache[path] = _SteadyZip(path)
+        except (ImportError, OSError):
+            continue  # gone meanwhile: the task runs as Spark made it, never fails here
 
 
 def _is_spark_jar(archive: str) -> bool:
+    # Spark's own jars (spark-core_2.13-4.3.0.jar...), wherever the cluster manager put
+    # them (YARN: __spark_libs__/): none holds a Python module.
     name = os.path.basename(archive)
-    return (name.startswith("spark-") and name.endswith(".jar")
-            and os.path.basename(os.path.dirname(archive)) == "jars")
+    return name.startswith("spark-") and name.endswith(".jar")
 
 
 def _is_pyspark_zip(archive: str) -> bool:

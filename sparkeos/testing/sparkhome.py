@@ -34,6 +34,8 @@ import zipfile
 from sparkeos.testing.once import made_once
 
 ZIPS = os.path.join("python", "lib")
+LAYOUT = 1
+"""The layout ``_populate`` makes: a new number makes new directories."""
 
 
 def installed_home() -> str:
@@ -51,8 +53,11 @@ def spark_home() -> str:
 def shadow_home(directory: str) -> str | None:
     """The test runs' Spark home for the installed pyspark in ``directory``, made first
     if missing; None if it cannot be made (Spark then runs from pyspark's own)."""
+    import pyspark
+
     source = installed_home()
-    digest = hashlib.sha256(f"{source}\n{sorted(os.listdir(source))}".encode())
+    digest = hashlib.sha256(f"{LAYOUT}\n{pyspark.__version__}\n{source}\n"
+                            f"{sorted(os.listdir(source))}".encode())
     return made_once(os.path.join(directory, f"spark-home-{digest.hexdigest()[:16]}"),
                      lambda path: _make(path, source))
 

@@ -31,3 +31,10 @@ def test_spark_home_is_the_variable_when_set(monkeypatch: Any) -> None:
     assert sparkhome.spark_home() == "/somewhere"
     monkeypatch.delenv("SPARK_HOME")
     assert sparkhome.spark_home() == sparkhome.installed_home()
+
+
+
+def test_no_home_where_the_directory_cannot_be_made(tmp_path: Any) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert sparkhome.shadow_home(str(blocker / "homes")) is None  # no raise: no home

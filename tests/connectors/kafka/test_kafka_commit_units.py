@@ -105,3 +105,32 @@ def test_a_transient_commit_failure_is_tried_again(monkeypatch: pytest.MonkeyPat
 class _NoStaging:
     def delete(self, txn: Any) -> None:
         pass
+
+
+def test_a_refusal_through_a_kept_producer_is_not_tried_with_a_fresh_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A producer kept from an earlier batch that fails is replaced by a fresh one, but
+    not for a refusal: the fresh one would fail alike and could hide why."""
+    from sparkeos.connectors.kafka import producers, publish
+    from sparkeos.core.snapshot.txpool import TransactionPool
+
+    fresh = []
+    monkeypatch.setattr(producers, "phase2_producer", lambda *a: (object(), True))
+    monkeypatch.setattr(producers, "init_producer", lambda *a: fresh.append(a))
+
+    def refuse(*args: Any) -> None:
+        raise _refused("MSG_SIZE_TOO_LARGE", abortable=True)
+
+    monkeypatch.setattr(publish, "_publish_with", refuse)
+    txn = TransactionPool("q", "out").transaction(1, 0, 0, 0)
+    with pytest.raises(Exception, match="MSG_SIZE_TOO_LARGE"):
+        publish.publish(sink(), [(txn, staged(1))], False)
+    assert fresh == []
+
+
+def test_a_refusal_librdkafka_marks_retriable_is_not_permanent() -> None:
+    from sparkeos.connectors.kafka.errors import is_permanent
+
+    assert is_permanent(_refused("UNKNOWN_TOPIC_OR_PART"))
+    assert not is_permanent(_refused("UNKNOWN_TOPIC_OR_PART", retriable=True))
+    assert not is_permanent(_refused("NOT_COORDINATOR", retriable=True))

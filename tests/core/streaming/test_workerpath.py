@@ -61,3 +61,9 @@ def test_pyspark_zips_still_import_and_the_jar_finds_nothing(
             assert importlib.import_module(module).VALUE == 1
         finally:
             sys.modules.pop(module, None)
+
+
+def test_an_archive_gone_meanwhile_is_left_as_it_was(archives: dict[str, str]) -> None:
+    os.unlink(archives["pyspark"])
+    steady_spark_archives()  # must not fail the task
+    assert type(sys.path_importer_cache[archives["pyspark"]]) is zipimport.zipimporter
