@@ -6,8 +6,8 @@ Before each task a Python worker calls ``importlib.invalidate_caches()`` (pyspar
 importer then reads its archive's whole directory again, in Python. Spark puts two
 kinds of archive on every worker's path (``PythonUtils.sparkPythonPath``):
 
-- pyspark's own ``python/lib`` zips (pyspark 4.3's ``pyspark.zip``: 2,772 entries,
-  25 ms of a core per read);
+- pyspark's own ``python/lib`` zips (pyspark 4.3's ``pyspark.zip``: 1,485 entries,
+  14 ms of a core per read, read once for each package imported from it);
 - the jar holding Spark's Python bridge (``spark-core_*.jar``: 5,973 entries, 60 ms per
   read, read twice: an import of the ``org`` namespace opens it a second time).
 
@@ -15,7 +15,8 @@ None of them changes while a worker lives, and Spark's jars hold no Python modul
 ``steady_spark_archives``, called as each sparkeos task starts, gives each of them an
 importer that does not read it again: a jar one that finds nothing, a zip one that keeps
 the directory it read. A worker's first task pays as before; every later task in that
-worker (Spark reuses them) no longer does.
+worker (Spark reuses them) no longer does. Measured with the 19 importers a worker holds
+after a format task (pyspark 4.3, Python 3.11): 296 ms of a core per task -> 0.06 ms.
 """
 
 from __future__ import annotations

@@ -8,15 +8,18 @@ each of the lookup, the creation, the write's planning and the streaming commits
 costs follow, measured here with pyspark 4.3:
 
 - before each task, the worker's ``setup_spark_files`` calls
-  ``importlib.invalidate_caches()``, and ``zipimport`` then reads the 27 MB zip's whole
-  directory again, in Python: 25 ms of a core per task;
+  ``importlib.invalidate_caches()``, and ``zipimport`` then reads the zip's whole
+  directory again, in Python, once for each package imported from it (14 ms each for
+  the 1,485 entries of pyspark 4.3's zip; ``core.streaming.workerpath`` spares a
+  sparkeos task's successors this, not a worker's first task);
 - the zips hold sources only, so each daemon compiles what it imports.
 
 The installed pyspark holds the same modules (the zips add only pyspark's own tests), with
 their bytecode. A test run's ``SPARK_HOME`` is therefore a directory beside the virtual
 environment: a symbolic link to each entry of the installed pyspark, but ``python/lib``,
-whose zips keep their names and hold nothing. The file format's driver-kill case took 141
-CPU-seconds and 94 s with the zips, 111 and 69 s without. The demo and the benchmarks run
+whose zips keep their names and hold nothing. The file format's driver-kill case, against
+the zips as an earlier bytecode step of ``./run`` had left them: the Python workers' CPU
+48 -> 36 s, the case 93 -> 82 s. The demo and the benchmarks run
 pyspark as installed, as users do.
 
     python -m sparkeos.testing.sparkhome [DIRECTORY]   # make it if missing; print it
