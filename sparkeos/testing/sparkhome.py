@@ -78,18 +78,21 @@ def _make(path: str, source: str) -> str | None:
 
 
 def _populate(target: str, source: str) -> None:
-    for name in os.listdir(source):
-        if name != "python":
-            os.symlink(os.path.join(source, name), os.path.join(target, name))
+    _link_entries(source, target, but="python")
     os.makedirs(os.path.join(target, ZIPS))
-    python = os.path.join(source, "python")
-    for name in os.listdir(python) if os.path.isdir(python) else []:
-        if name != "lib":
-            os.symlink(os.path.join(python, name), os.path.join(target, "python", name))
+    _link_entries(os.path.join(source, "python"), os.path.join(target, "python"), but="lib")
     zips = os.path.join(source, ZIPS)
     for name in os.listdir(zips) if os.path.isdir(zips) else []:
         if name.endswith(".zip"):
             zipfile.ZipFile(os.path.join(target, ZIPS, name), "w").close()
+
+
+
+def _link_entries(source: str, target: str, but: str) -> None:
+    """A link in ``target`` to each entry of ``source`` but ``but``."""
+    for name in os.listdir(source) if os.path.isdir(source) else []:
+        if name != but:
+            os.symlink(os.path.join(source, name), os.path.join(target, name))
 
 
 if __name__ == "__main__":
