@@ -32,12 +32,6 @@ from sparkeos.testing.conformance import (
 from sparkeos.testing.job import JobSpec, run_job, run_job_process, write_input
 from sparkeos.testing.storefaults import StoreWireFaultCases
 
-FORMAT_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided",
-                        "after_first_commit")
-"""The format's real-process kills: from a task in phase 1, between the decision and the
-commits, among the commits (every point runs in process through the format's calls)."""
-
-
 PARTITIONED_COMMIT_CASES = frozenset({
     "test_in_process_crash_matrix", "test_commit_is_idempotent",
     "test_two_commits_of_one_transaction_at_every_pair_of_steps",
@@ -91,6 +85,24 @@ class TestFileSinkParquet(ConnectorConformance):
         return table.column("id").to_pylist() if table.num_rows else []
 
     soak_batches_default = 500
+
+    # Proven elsewhere, so not run again here (each a Spark process or a cluster app):
+    # the at-least-once replay on fewer partitions by the format (the same sink, the
+    # same dead claim) and TestKafkaSinkDirect (foreachBatch); the plain writer's
+    # duplicates by the demo's plain run (integration/test_demo.py: this writer, a real
+    # kill); the kill among a background batch's commits by the sampled driver kills of
+    # the Kafka, Delta, Iceberg, PostgreSQL, SQL and STOMP suites; a speculative copy
+    # winning by TestFileSinkFormat and TestKafkaSinkStaged on the same cluster.
+    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
+    test_plain_foreachbatch_duplicates_under_the_same_crash = None
+    overlap_kill_points = ("after_finished",)
+
+    @pytest.mark.speculation
+    @pytest.mark.parametrize("winner", ["original"])
+    def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
+                                               winner: str) -> None:
+        ConnectorConformance.test_speculative_attempts_on_a_cluster(
+            self, workdir, spark_cluster, winner)
 
     def soak_settings(self) -> dict[str, Any]:
         # The soak proves what stays bounded, not durability (no machine crashes in
@@ -372,9 +384,18 @@ class TestFileSinkFormat(FormatConformance, TestFileSinkParquet):
     at-least-once, a speculative copy winning on the cluster."""
 
     test_in_process_crash_matrix = ConnectorConformance.test_in_process_crash_matrix
-    # Every point runs in process through the format's own calls; in real processes a
-    # kill from a task, one between the decision and the commits, one among the commits.
-    driver_kill_points = FORMAT_DRIVER_POINTS
+    # Every point runs in process through the format's own calls; in real processes the
+    # kill between the decision and the commits (then the abort). A kill from a task
+    # through a format is TestKafkaFormat's and TestPostgresFormat's; among this
+    # format's commits, test_partitioned_format_killed_among_its_directories_commits
+    # and TestFileSinkFormatConnect.
+    driver_kill_points = ("after_decided",)
+    # The retry that meets the dead attempt's prepared state; the one before prepare
+    # is TestFileSinkParquet's (the same sink) and every task point runs in process.
+    test_task_retry_reuses_the_transaction_id = \
+        SampledConformance.test_task_retry_reuses_the_transaction_id
+    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = \
+        ConnectorConformance.test_at_least_once_task_killed_then_replayed_with_fewer_partitions
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-parquet", "options": {"path": self.output(workdir)}}

@@ -4,8 +4,7 @@
 
 Reads ``input_topic`` with Spark's Kafka source (``kafka_source``: read_committed),
 parses the JSON values and writes them to ``output_topic`` through ``KafkaSink``
-(``mode="exactly_once"``), with the plain foreachBatch producer (``"plain"``), or
-(``sink="postgres"``) into a PostgreSQL table through ``PostgresSink``.
+(``mode="exactly_once"``) or with the plain foreachBatch producer (``"plain"``).
 Faults come from ``SPARKEOS_FAULT`` as for ``sparkeos.testing.job``; in plain mode
 any fault kills the driver after the named batch was written.
 """
@@ -35,11 +34,6 @@ class KafkaJobSpec:
     transactional_id_prefix: str
     mode: str = "exactly_once"
     max_offsets_per_trigger: int = 20
-    sink: str = "kafka"
-    """``kafka`` (output_topic) or ``postgres`` (pg_dsn / pg_table)."""
-    pg_dsn: str = ""
-    pg_table: str = ""
-    pg_marker_table: str = "sparkeos_markers"
 
 
 def run_kafka_job(spec: KafkaJobSpec, fault: str | None = None,
@@ -72,13 +66,6 @@ def main(argv: list[str]) -> int:
     if spec.mode == "plain":
         batch_fn = crash_after_write(
             plain_foreachbatch_writer(spec.bootstrap, spec.output_topic))
-    elif spec.sink == "postgres":
-        from sparkeos.connectors.jdbc import PostgresSink
-
-        batch_fn = exactly_once(
-            PostgresSink(dsn=spec.pg_dsn, table=spec.pg_table, create_table=True,
-                         marker_table=spec.pg_marker_table),
-            name="kafka-to-pg")
     else:
         sink = KafkaSink(spec.bootstrap, topic=spec.output_topic, staging_dir=spec.staging_dir,
                          transactional_id_prefix=spec.transactional_id_prefix)

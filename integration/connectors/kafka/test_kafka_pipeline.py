@@ -97,25 +97,3 @@ def test_plain_foreachbatch_producer_duplicates_under_the_same_kills(
     visible = output_ids(spec.bootstrap, spec.output_topic)
     assert set(visible) == set(expected)
     assert len(visible) > len(expected), "the plain producer was unexpectedly exactly-once"
-
-
-@pytest.mark.chaos
-def test_kafka_to_spark_to_postgres_survives_repeated_driver_kills(
-        pipeline: tuple[KafkaJobSpec, list[int]], pg_server: Any, names: Any) -> None:
-    """Kafka -> Spark -> PostgreSQL: every committed input record once in the table."""
-    import psycopg2
-
-    spec, expected = pipeline
-    spec.sink, spec.pg_dsn = "postgres", pg_server.dsn
-    spec.pg_table, spec.pg_marker_table = names.table, names.marker
-    # The table's prepared transactions decided, none committed, Spark's record of the
-    # batch not written (the decision is made before the batch returns to Spark, also
-    # with overlapped commits): the restart replays the batch from the source's offsets
-    # and commits the prepared transactions instead of writing it again. The phase 1
-    # kill is the Kafka pipeline's; the kill among the commits, PostgreSQL's suite's.
-    result = run_kafka_job(spec, "after_decided@1")
-    assert result.crashed, f"after_decided@1 did not crash the driver:\n{result.tail()}"
-    run_to_completion(spec)
-    with psycopg2.connect(pg_server.dsn) as conn, conn.cursor() as cur:
-        cur.execute(f'SELECT id FROM "{names.table}"')
-        assert_exactly_once([row[0] for row in cur.fetchall()], expected)

@@ -1,14 +1,14 @@
-"""STOMP -> Spark -> file / PostgreSQL / STOMP in a child process (so tests can kill it).
+"""STOMP -> Spark -> file / STOMP in a child process (so tests can kill it).
 
     python -m integration.connectors.stomp.stomp_job spec.json
 
 Reads ``input_queue`` with ``stomp_source`` (bodies are JSON ``{"id": ...}``) and
-writes ``id, payload`` through ``FileSink`` (Parquet), ``PostgresSink`` or
-``StompSink``. ``mode="plain"`` is what users write without sparkeos: a foreachBatch
-on a rate source that receives messages with stomp.py, writes them, then
-acknowledges them (the sink faults of ``SPARKEOS_FAULT`` kill it after the write,
-before the ack). Faults: ``SPARKEOS_FAULT`` (sink protocol points) and
-``SPARKEOS_SOURCE_FAULT`` (source points, ``sparkeos.core.faults.SOURCE_POINTS``).
+writes ``id, payload`` through ``FileSink`` (Parquet) or ``StompSink``.
+``mode="plain"`` is what users write without sparkeos: a foreachBatch on a rate source
+that receives messages with stomp.py, writes them, then acknowledges them (the sink
+faults of ``SPARKEOS_FAULT`` kill it after the write, before the ack).
+Faults: ``SPARKEOS_FAULT`` (sink protocol points) and ``SPARKEOS_SOURCE_FAULT`` (source
+points, ``sparkeos.core.faults.SOURCE_POINTS``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class StompJobSpec:
     checkpoint: str
     spool_dir: str
     output: str
-    """file: a directory; postgres: a table; stomp: a queue."""
+    """file: a directory; stomp: a queue."""
     sink: str = "file"
     mode: str = "exactly_once"
     max_batch_messages: int = 40
@@ -48,7 +48,6 @@ class StompJobSpec:
     on_bad_message: str = "fail"
     dead_letter_destination: str | None = None
     message_id_header: str | None = None
-    pg_dsn: str = ""
     poll_timeout_s: float = 3.0
     drain: bool = False
     """Start the query again in the same session until a run reads nothing: the
@@ -72,10 +71,6 @@ def run_stomp_job(spec: StompJobSpec, fault: str | None = None,
 
 
 def _sink(spec: StompJobSpec) -> Any:
-    if spec.sink == "postgres":
-        from sparkeos.connectors.jdbc import PostgresSink
-
-        return PostgresSink(dsn=spec.pg_dsn, table=spec.output, create_table=True)
     if spec.sink == "stomp":
         from sparkeos.connectors.stomp import StompSink
 
