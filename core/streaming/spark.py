@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import re
+import struct
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,19 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 RUN_ID_PROPERTY = "spark.jobGroup.id"
 """Spark runs every job of a streaming query run in a job group named by its run ID."""
 _RESULT_SCHEMA = "partition long, result string"
+_TASK_RESULT = pa.schema([("partition", pa.int64()), ("result", pa.string())])
+_TASK_ITEM = pa.schema([("index", pa.int64()), ("result", pa.binary())])
+
+
+def _one_row(schema: pa.Schema, number: int, data: bytes) -> pa.RecordBatch:
+    """A task's one-row answer (an int64 and a string or binary column), built from
+    buffers: ``pa.array`` and ``RecordBatch.from_pylist`` import pandas on their first
+    call (pyarrow looks for pandas objects), 0.5 s of a core in every fresh Python
+    worker that writes nothing else through them."""
+    numbers = pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(struct.pack("<q", number))])
+    offsets = pa.py_buffer(struct.pack("<ii", 0, len(data)))
+    column = pa.Array.from_buffers(schema.field(1).type, 1, [None, offsets, pa.py_buffer(data)])
+    return pa.RecordBatch.from_arrays([numbers, column], schema=schema)
 
 
 def is_connect(obj: Any) -> bool:
@@ -195,10 +209,7 @@ class SparkBatchRunner:
                 partition=ctx.partitionId(), attempt_number=ctx.attemptNumber(),
                 token=f"{app_id}-s{ctx.stageId()}-t{ctx.taskAttemptId()}")
             result = task(attempt, batches)
-            yield pa.RecordBatch.from_pylist(
-                [{"partition": ctx.partitionId(), "result": json.dumps(result)}],
-                schema=pa.schema([("partition", pa.int64()), ("result", pa.string())]),
-            )
+            yield _one_row(_TASK_RESULT, ctx.partitionId(), json.dumps(result).encode())
 
         rows = self._df.mapInArrow(run_partition, _RESULT_SCHEMA).collect()
         return [json.loads(row["result"]) for row in rows]
@@ -238,9 +249,7 @@ def run_in_tasks(session: Any, fn: Callable[[Any], Any], items: Sequence[Any]) -
     def run_range(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                yield pa.RecordBatch.from_pydict(
-                    {"index": [index], "result": [pickle.dumps(run(work[index]))]},
-                    schema=pa.schema([("index", pa.int64()), ("result", pa.binary())]))
+                yield _one_row(_TASK_ITEM, index, pickle.dumps(run(work[index])))
 
     rows = (session.range(0, len(work), 1, len(work))
             .mapInArrow(run_range, "index long, result binary").collect())
