@@ -32,8 +32,8 @@ def _one_row(schema: pa.Schema, number: int, data: bytes) -> pa.RecordBatch:
     buffers: ``pa.array`` and ``RecordBatch.from_pylist`` import pandas on their first
     call (pyarrow looks for pandas objects), 0.5 s of a core in every fresh Python
     worker that writes nothing else through them."""
-    numbers = pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(struct.pack("<q", number))])
-    offsets = pa.py_buffer(struct.pack("<ii", 0, len(data)))
+    numbers = pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(struct.pack("=q", number))])
+    offsets = pa.py_buffer(struct.pack("=ii", 0, len(data)))
     column = pa.Array.from_buffers(schema.field(1).type, 1, [None, offsets, pa.py_buffer(data)])
     return pa.RecordBatch.from_arrays([numbers, column], schema=schema)
 

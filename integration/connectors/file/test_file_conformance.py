@@ -28,9 +28,20 @@ from sparkeos.testing.conformance import (
     InProcessConformance,
     SampledConformance,
     assert_exactly_once,
+    speculation_won_by,
 )
 from sparkeos.testing.job import JobSpec, run_job, run_job_process, write_input
 from sparkeos.testing.storefaults import StoreWireFaultCases
+
+EVERY_CASE = os.environ.get("SPARKEOS_FILE_SUITE") == "every"
+"""``SPARKEOS_FILE_SUITE=every`` (``./run test-spark-versions``, where these two classes
+are the whole proof for another pyspark): the cases ``./run test`` leaves to other
+sinks' suites run here too."""
+FORMAT_DRIVER_POINTS = ("kill_driver_after_first_prepare", "after_decided",
+                        "after_first_commit")
+"""The format's real-process kills: from a task in phase 1, between the decision and the
+commits, among the commits."""
+
 
 PARTITIONED_COMMIT_CASES = frozenset({
     "test_in_process_crash_matrix", "test_commit_is_idempotent",
@@ -86,23 +97,17 @@ class TestFileSinkParquet(ConnectorConformance):
 
     soak_batches_default = 500
 
-    # Proven elsewhere, so not run again here (each a Spark process or a cluster app):
-    # the at-least-once replay on fewer partitions by the format (the same sink, the
-    # same dead claim) and TestKafkaSinkDirect (foreachBatch); the plain writer's
-    # duplicates by the demo's plain run (integration/test_demo.py: this writer, a real
-    # kill); the kill among a background batch's commits by the sampled driver kills of
-    # the Kafka, Delta, Iceberg, PostgreSQL, SQL and STOMP suites; a speculative copy
-    # winning by TestFileSinkFormat and TestKafkaSinkStaged on the same cluster.
-    test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
-    test_plain_foreachbatch_duplicates_under_the_same_crash = None
-    overlap_kill_points = ("after_finished",)
+    if not EVERY_CASE:
+        # Proven in ./run test elsewhere, so not run again here (each a Spark process or
+        # a cluster app): the at-least-once replay on fewer partitions by the format
+        # (the same sink, the same dead claim) and TestKafkaSinkDirect (foreachBatch);
+        # the plain writer's duplicates by the demo's plain run (integration/test_demo.py:
+        # this writer, a real kill); a speculative copy winning by TestFileSinkFormat and
+        # TestKafkaSinkStaged on the same cluster.
+        test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
+        test_plain_foreachbatch_duplicates_under_the_same_crash = None
 
-    @pytest.mark.speculation
-    @pytest.mark.parametrize("winner", ["original"])
-    def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
-                                               winner: str) -> None:
-        ConnectorConformance.test_speculative_attempts_on_a_cluster(
-            self, workdir, spark_cluster, winner)
+        test_speculative_attempts_on_a_cluster = speculation_won_by("original")
 
     def soak_settings(self) -> dict[str, Any]:
         # The soak proves what stays bounded, not durability (no machine crashes in
@@ -380,22 +385,28 @@ def test_a_connector_outside_the_package_reaches_the_executors(tmp_path: Any,
 class TestFileSinkFormat(FormatConformance, TestFileSinkParquet):
     """The file sink through ``writeStream.format("sparkeos-parquet")``: every crash
     point in process through the format's own calls (planning, tasks, commit), the
-    driver killed in real processes at one point of each kind, the abort, task retries,
-    at-least-once, a speculative copy winning on the cluster."""
+    driver killed in real processes after the decision (at one point of each kind with
+    ``SPARKEOS_FILE_SUITE=every``), the abort, a task retry, at-least-once, a
+    speculative copy winning on the cluster."""
 
     test_in_process_crash_matrix = ConnectorConformance.test_in_process_crash_matrix
-    # Every point runs in process through the format's own calls; in real processes the
-    # kill between the decision and the commits (then the abort). A kill from a task
-    # through a format is TestKafkaFormat's and TestPostgresFormat's; among this
-    # format's commits, test_partitioned_format_killed_among_its_directories_commits
-    # and TestFileSinkFormatConnect.
-    driver_kill_points = ("after_decided",)
-    # The retry that meets the dead attempt's prepared state; the one before prepare
-    # is TestFileSinkParquet's (the same sink) and every task point runs in process.
-    test_task_retry_reuses_the_transaction_id = \
-        SampledConformance.test_task_retry_reuses_the_transaction_id
     test_at_least_once_task_killed_then_replayed_with_fewer_partitions = \
         ConnectorConformance.test_at_least_once_task_killed_then_replayed_with_fewer_partitions
+    # Every point runs in process through the format's own calls; in real processes a
+    # kill from a task, one between the decision and the commits, one among the
+    # commits, and task retries before and after prepare.
+    driver_kill_points = FORMAT_DRIVER_POINTS
+    if not EVERY_CASE:
+        # In ./run test the kill between the decision and the commits (then the abort):
+        # a kill from a task through a format is TestKafkaFormat's and
+        # TestPostgresFormat's; among this format's commits,
+        # test_partitioned_format_killed_among_its_directories_commits and
+        # TestFileSinkFormatConnect's. The retry that meets the dead attempt's prepared
+        # state; the one before prepare is TestFileSinkParquet's (foreachBatch) and
+        # every task point runs in process through the format.
+        driver_kill_points = ("after_decided",)
+        test_task_retry_reuses_the_transaction_id = \
+            SampledConformance.test_task_retry_reuses_the_transaction_id
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-parquet", "options": {"path": self.output(workdir)}}
@@ -455,7 +466,7 @@ class TestFileSinkFormatConnect(ConnectConformance, TestFileSinkFormat):
     """The format through Spark Connect (registered from the client; the writer runs
     in the server's Python workers): end to end, and the driver killed among the commits
     of phase 2, where the commit runs in the server (a kill in phase 1 is the foreachBatch
-    Connect suite's; every point runs in classic mode above). The kill's restart runs
+    Connect suite's; every point runs in process above). The kill's restart runs
     the query to the end through Connect: its end to end."""
 
     driver_kill_points = ("after_first_commit",)

@@ -109,6 +109,7 @@ from .variants import (
     SampledSparkAttempts,
     TaskCommitClusterConformance,
     plain_replay_control,
+    speculation_won_by,
 )
 
 __all__ = ["AFTER_ALL_COMMITS", "AT_LEAST_ONCE_CASES", "BEFORE_DECISION", "CONNECT_CASES",
@@ -119,4 +120,4 @@ __all__ = ["AFTER_ALL_COMMITS", "AT_LEAST_ONCE_CASES", "BEFORE_DECISION", "CONNE
            "ConnectorConformance", "FormatConformance", "InProcessConformance", "RaceCases",
            "ReplayCases", "SampledConformance", "SampledDriverKills", "SampledFormatConformance",
            "SampledSparkAttempts", "TaskCommitClusterConformance", "assert_exactly_once",
-           "plain_replay_control"]
+           "plain_replay_control", "speculation_won_by"]

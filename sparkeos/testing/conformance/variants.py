@@ -94,6 +94,19 @@ def _task_retry_after_prepare_only(self: Any, workdir: str, point: str) -> None:
     ConnectorConformance.test_task_retry_reuses_the_transaction_id(self, workdir, point)
 
 
+def speculation_won_by(*winners: str) -> Any:
+    """``test_speculative_attempts_on_a_cluster`` with only these winners (``copy``: the
+    speculative copy wins, ``original``: the original attempt does), for a class body."""
+
+    @pytest.mark.speculation
+    @pytest.mark.parametrize("winner", list(winners))
+    def case(self: Any, workdir: str, spark_cluster: str, winner: str) -> None:
+        ConnectorConformance.test_speculative_attempts_on_a_cluster(
+            self, workdir, spark_cluster, winner)
+
+    return case
+
+
 class SampledConformance:
     """Put first in the bases of a variant of a connector's conformance class (the same
     sink with its state on other storage, e.g. HDFS) to run the in-process cases (of the
@@ -153,8 +166,10 @@ class SampledDriverKills:
     them in real processes.
 
     Task retries and speculation through Spark are the route's: the file sink's suites
-    run them (retries before and after prepare in both routes; speculation with both
-    winners through ``foreachBatch``, the copy winning through the format), and
+    run them (retries before and after prepare through ``foreachBatch``, after prepare
+    through the format; speculation with the original winning through ``foreachBatch``
+    and the copy through the format; every combination with
+    ``SPARKEOS_FILE_SUITE=every``), and
     ``SampledSparkAttempts`` keeps one of each for a sink that wants them (Kafka). What
     the connector does with another attempt runs in process against its destination: a
     retry that meets the dead attempt's prepared state (``task_fail_after_prepare`` in
@@ -165,7 +180,8 @@ class SampledDriverKills:
     The plain writer's control runs without a kill (``plain_replay_control``): Spark
     replays a plain query's last batch, as after a driver killed between the write and
     Spark's record of the batch, and the reader must count its rows twice. The kill of
-    a plain writer runs in the file sink's suite.
+    a plain writer runs in the demo's test (``integration/test_demo.py``) and, with
+    ``SPARKEOS_FILE_SUITE=every``, in the file sink's suite.
 
     The kills end without the extra run whose task fails with no retries left: that
     abort is Spark's and the protocol's, proven through Spark by the file sink's suites;
@@ -181,7 +197,7 @@ class SampledDriverKills:
     test_driver_killed_while_a_batch_commits_in_the_background = None
     # at_least_once's replay rule runs in process against the destination (a batch half
     # written, replayed on fewer, more and the same partitions: ``ReplayCases``); the
-    # worker killed through Spark is the route's, run by the file sink's suites and by
+    # worker killed through Spark is the route's, run by the file format's suite and by
     # Kafka's direct mode (whose killed producer leaves a transaction open).
     test_at_least_once_task_killed_then_replayed_with_fewer_partitions = None
 
@@ -207,12 +223,7 @@ class SampledSparkAttempts:
 
     test_task_retry_reuses_the_transaction_id = _task_retry_after_prepare_only
 
-    @pytest.mark.speculation
-    @pytest.mark.parametrize("winner", ["copy"])
-    def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
-                                               winner: str) -> None:
-        ConnectorConformance.test_speculative_attempts_on_a_cluster(
-            self, workdir, spark_cluster, winner)  # type: ignore[arg-type]
+    test_speculative_attempts_on_a_cluster = speculation_won_by("copy")
 
 
 def plain_replay_control(suite: Any, workdir: str) -> None:
@@ -335,12 +346,7 @@ class FormatConformance:
                     and name not in cls.__dict__):
                 setattr(cls, name, None)
 
-    @pytest.mark.speculation
-    @pytest.mark.parametrize("winner", ["copy"])
-    def test_speculative_attempts_on_a_cluster(self, workdir: str, spark_cluster: str,
-                                               winner: str) -> None:
-        ConnectorConformance.test_speculative_attempts_on_a_cluster(
-            self, workdir, spark_cluster, winner)  # type: ignore[arg-type]
+    test_speculative_attempts_on_a_cluster = speculation_won_by("copy")
 
 
 FORMAT_SAMPLED_POINTS = SAMPLED_DRIVER_POINTS
