@@ -36,6 +36,7 @@ from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.storage.locations import local_path
 from sparkeos.core.storage.logstores import is_local_uri
+from sparkeos.core.upsertkeys import refuse_repeated_keys
 
 from . import files, table, upsert
 from .files import DataFile
@@ -123,7 +124,7 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
         batch = files.normalised(batch.replace_schema_metadata(None))
         handle.schema = batch.schema
         if self.key:  # staged whole, outside the table: phase 2 merges the rows
-            upsert.refuse_repeated_keys(handle.keys, batch, self.key, handle.txn)
+            refuse_repeated_keys(handle.keys, batch, self.key, handle.txn)
             self._write_file(handle, upsert.staged_path(handle.txn, len(handle.written)),
                              pa.Table.from_batches([batch]), {})
             return

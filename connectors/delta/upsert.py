@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pyarrow as pa
-
-from sparkeos.core.errors import DataRejectedError
 from sparkeos.core.protocol import Transaction
 
 from .files import SPARKEOS_DIR
@@ -26,25 +23,9 @@ def staged_path(txn: Transaction, number: int) -> str:
     return f"{staged_prefix(txn)}part-{number:05d}.parquet"
 
 
-def refuse_repeated_keys(seen: set[tuple[object, ...]], batch: pa.RecordBatch,
-                         key: Sequence[str], txn: Transaction) -> None:
-    """A key twice in one batch has no single new value: refused, as MERGE refuses
-    several source rows matching one target row (the batch is clustered by the key, so
-    its repeats meet in one participant)."""
-    for row in zip(*(batch.column(k).to_pylist() for k in key), strict=True):
-        if row in seen:
-            raise DataRejectedError(
-                f"key {dict(zip(key, row, strict=True))} appears twice in batch "
-                f"{txn.batch_id}: an upsert needs one row per key", sink=txn.sink,
-                batch_id=txn.batch_id,
-                fix="aggregate or deduplicate by the key before the sink "
-                "(dropDuplicates, or the aggregation's own key); nothing was written")
-        seen.add(row)
-
-
 def merge_predicate(key: Sequence[str]) -> str:
     # A null key matches a null key (an aggregation's group may be null).
     return " AND ".join(f"t.`{k}` IS NOT DISTINCT FROM s.`{k}`" for k in key)
 
 
-__all__ = ["merge_predicate", "refuse_repeated_keys", "staged_path", "staged_prefix"]
+__all__ = ["merge_predicate", "staged_path", "staged_prefix"]

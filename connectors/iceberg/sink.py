@@ -38,8 +38,9 @@ from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnS
 from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.storage.locations import local_path
+from sparkeos.core.upsertkeys import refuse_repeated_keys
 
-from . import catalog, files, table
+from . import catalog, files, table, upsert
 from .files import DataFile
 
 
@@ -55,6 +56,8 @@ class IcebergHandle:
     parquet_options: dict[str, Any]
     """How the table's Parquet files are written (its codec)."""
     written: list[DataFile] = field(default_factory=list)
+    keys: set[tuple[object, ...]] = field(default_factory=set)
+    """The upsert keys this attempt wrote (a repeat is refused)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
     table: str
     catalog: Mapping[str, str] = field(default_factory=dict)
     catalog_name: str = "default"
+    key: tuple[str, ...] = ()
+    """Upsert by these columns (an update-mode aggregation): each batch replaces the
+    table's rows with its keys in phase 2, once, instead of appending."""
 
     guarantees: ClassVar[frozenset[Guarantee]] = frozenset(Guarantee)
     commit_steps: ClassVar[tuple[str, ...]] = ("batch_read", "committed")
@@ -78,6 +84,8 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         if not isinstance(self.catalog_name, str) or not self.catalog_name:
             raise ConfigurationError("IcebergSink needs a catalog name",
                                      fix='IcebergSink(..., catalog_name="default")')
+        object.__setattr__(self, "key", (self.key,) if isinstance(self.key, str)
+                           else tuple(self.key))
 
     def _catalog(self) -> Any:
         return catalog.open_catalog(self.catalog_name, self.catalog)
@@ -93,8 +101,16 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         # Tasks write into the warehouse and read the SQLite catalog the driver commits.
         return catalog.local_directories(self.catalog)
 
+    def cluster_by(self) -> tuple[str, ...]:
+        return self.key  # a key's rows in one participant: a repeat is seen there
+
     def validate(self, schema: pa.Schema) -> None:
         table.check_retry_hook()
+        missing = [column for column in self.key if column not in schema.names]
+        if missing:
+            raise ConfigurationError(
+                f"key column {missing[0]!r} is not a column of the batch "
+                f"({', '.join(schema.names)})", fix="upsert by columns the stream has")
         found = self._load() or catalog.create_table(self._catalog(), self.table, schema)
         catalog.check_table(found, self.table, schema)
 
@@ -116,8 +132,12 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         if batch.num_rows == 0:
             return
         rows = _in_table_types(files.normalised(batch), handle.target, handle.txn)
-        name = f"sparkeos-{handle.txn.txn_id}-{len(handle.written):05d}.parquet"
-        uri = str(handle.data_location.new_data_location(name))
+        if self.key:  # staged whole, outside the table's data: phase 2 merges the rows
+            refuse_repeated_keys(handle.keys, rows, self.key, handle.txn)
+            uri = upsert.staged_uri(handle.root, handle.txn, len(handle.written))
+        else:
+            name = f"sparkeos-{handle.txn.txn_id}-{len(handle.written):05d}.parquet"
+            uri = str(handle.data_location.new_data_location(name))
         # Listed in the manifest first: a rollback finds every file it may leave.
         files.write_manifest(handle.root, handle.txn.txn_id,
                              [f.uri for f in handle.written] + [uri])
@@ -171,9 +191,17 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
                 "data directory; something other than sparkeos deleted them (an orphan-file "
                 "removal with a short age limit?)")
         pending = [loaded] if loaded is not None and not missing else []
-        table.commit_batch(lambda: pending.pop() if pending else self._require_table(),
-                           [f.uri for f in written], txn.query_key, txn.sink, txn.batch_id,
-                           exactly_once=exactly_once)
+
+        def load() -> Any:
+            return pending.pop() if pending else self._require_table()
+
+        uris = [f.uri for f in written]
+        if self.key:
+            table.merge_batch(load, upsert.staged_rows(uris), self.key, txn.query_key,
+                              txn.sink, txn.batch_id, exactly_once=exactly_once)
+        else:
+            table.commit_batch(load, uris, txn.query_key, txn.sink, txn.batch_id,
+                               exactly_once=exactly_once)
 
     def _require_table(self) -> Any:
         found = self._load()
@@ -184,10 +212,16 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         return found
 
     def _forget(self, txn: Transaction) -> None:
-        """A committed attempt's bookkeeping: its manifest (its files stay)."""
+        """A committed attempt's bookkeeping: its manifest (its files stay; an upsert's
+        staged rows, which the merge copied, go)."""
         root = self._root()
-        if root is not None:
-            files.delete_manifest(root, txn.txn_id)
+        if root is None:
+            return
+        if self.key:
+            staged = upsert.staged_prefix(root, txn)
+            files.delete_files([uri for uri in files.read_manifest(root, txn.txn_id) or []
+                                if uri.startswith(staged)])
+        files.delete_manifest(root, txn.txn_id)
 
     def for_guarantee(self, guarantee: Guarantee) -> IcebergSink:
         """Under at-least-once (or none) each task commits its own files, without the

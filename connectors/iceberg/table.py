@@ -16,6 +16,7 @@ batch; ``_BatchTransaction`` asks first, and stops the retry when a twin committ
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -111,7 +112,67 @@ def commit_batch(load: Any, uris: Sequence[str], query_key: str, sink: str, batc
     """Add the files at ``uris`` to the table (``load()``: the table, loaded now) in one
     snapshot; False when the table already holds the batch (``exactly_once``; else no
     idempotence: the at-least-once path)."""
-    data_files: list[Any] | None = None
+    data_files: list[Any] = []
+
+    def append(table: Any, transaction: Any, summary: dict[str, str]) -> None:
+        if not data_files:  # the footers are read once, not per attempt
+            data_files.extend(_data_files(table, uris, batch))
+        with transaction.update_snapshot(snapshot_properties=summary).fast_append() as add:
+            for data_file in data_files:
+                add.append_data_file(data_file)
+
+    return _commit(load, query_key, sink, batch, exactly_once, append, _commit_failures())
+
+
+def merge_batch(load: Any, rows: Any, key: Sequence[str], query_key: str, sink: str,
+                batch: int, exactly_once: bool = True) -> bool:
+    """Upsert ``rows`` (an Arrow table, one row per key) by ``key``: the table's rows
+    with those keys are deleted and ``rows`` added, in one metadata commit with the
+    batch's property; False when the table already holds the batch."""
+    from pyiceberg.exceptions import ValidationException
+
+    def overwrite(table: Any, transaction: Any, summary: dict[str, str]) -> None:
+        with warnings.catch_warnings():  # a batch of new keys only: nothing to delete
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            transaction.overwrite(rows, overwrite_filter=match_filter(rows, key),
+                                  snapshot_properties=summary)
+
+    # A concurrent change to the files the delete rewrites fails pyiceberg's validation:
+    # nothing landed, so the merge is tried again on the table as it is then.
+    return _commit(load, query_key, sink, batch, exactly_once, overwrite,
+                   (*_commit_failures(), ValidationException))
+
+
+def match_filter(rows: Any, key: Sequence[str]) -> Any:
+    """The rows of the table whose key is one of ``rows``' keys; a null key matches a
+    null key (an aggregation's group may be null)."""
+    from pyiceberg import expressions
+
+    e: Any = expressions  # its classes take terms positionally; their stubs say otherwise
+    AlwaysFalse, And, EqualTo, In, IsNull, Or = (
+        e.AlwaysFalse, e.And, e.EqualTo, e.In, e.IsNull, e.Or)
+    values = [rows.column(k).to_pylist() for k in key]
+    if len(key) == 1:
+        present = sorted({v for v in values[0] if v is not None})
+        found: Any = In(key[0], present) if present else AlwaysFalse()
+        return Or(found, IsNull(key[0])) if None in values[0] else found
+    rows_matched: list[Any] = [
+        And(*[IsNull(k) if v is None else EqualTo(k, v) for k, v in zip(key, row, strict=True)])
+        for row in set(zip(*values, strict=True))]
+    if not rows_matched:
+        return AlwaysFalse()
+    while len(rows_matched) > 1:  # a balanced tree: pyiceberg visits it recursively
+        pairs = zip(rows_matched[::2], rows_matched[1::2], strict=False)
+        rows_matched = [Or(a, b) for a, b in pairs] + (
+            [rows_matched[-1]] if len(rows_matched) % 2 else [])
+    return rows_matched[0]
+
+
+def _commit(load: Any, query_key: str, sink: str, batch: int, exactly_once: bool,
+            build: Any, retried: tuple[type[Exception], ...]) -> bool:
+    """One metadata commit of what ``build(table, transaction, summary)`` adds, with the
+    batch's property, tried again on the table as it is when another writer committed
+    first (``retried``)."""
     summary = {"sparkeos.app": f"{query_key}.{sink}", "sparkeos.query": query_key,
                "sparkeos.sink": sink, "sparkeos.batch": str(batch)}
     marker = batch_property(query_key, sink) if exactly_once else (
@@ -123,16 +184,12 @@ def commit_batch(load: Any, uris: Sequence[str], query_key: str, sink: str, batc
             return False
         transaction = _batch_transaction(table, query_key, sink,
                                          batch if exactly_once else None)
-        if data_files is None:  # the footers are read once, not per attempt
-            data_files = _data_files(table, uris, batch)
-        with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
-            for data_file in data_files:
-                append.append_data_file(data_file)
+        build(table, transaction, summary)
         transaction.set_properties({marker: str(batch)})
         try:
             transaction.commit_transaction()
             return True
-        except _commit_failures():
+        except retried:
             continue
     name = ".".join(table.name()) if table is not None else "?"
     raise RetriableError(

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from sparkeos.core.errors import RecordExistsError
-from sparkeos.core.faults import InjectedTaskFailure
+from sparkeos.core.faults import FaultPlan, InjectedCrash, InjectedTaskFailure
 from sparkeos.core.snapshot.commitlog import Store
 from sparkeos.core.snapshot.coordinator import TaskAttempt, TaskFunction, TaskResult
 
@@ -103,9 +103,9 @@ class OneProcessRunner(ListRunner):
     runs_in_this_process = True
 
 
-def run_uncommitted(coordinator: BatchRunnerTarget, plan: Sequence[list[list[int]]],
+def run_uncommitted(coordinator: BatchRunnerTarget, plan: Sequence[list[Any]],
                     spark_committed: list[int],
-                    runner: Callable[[list[list[int]]], ListRunner] = ListRunner) -> None:
+                    runner: Callable[[list[Any]], ArrowRunner] = ListRunner) -> None:
     """Run the batches of ``plan`` Spark has not committed yet, as a (re)started query
     does; ``spark_committed`` plays Spark's own commit log and grows as batches end."""
     for batch_id, partitions in enumerate(plan):
@@ -113,6 +113,22 @@ def run_uncommitted(coordinator: BatchRunnerTarget, plan: Sequence[list[list[int
             continue
         coordinator.run_batch(batch_id, runner(partitions))
         spark_committed.append(batch_id)
+
+
+def crash_then_finish(coordinator_for: Callable[[FaultPlan | None], BatchRunnerTarget],
+                      plan: Sequence[list[Any]], point: str,
+                      runner: Callable[[list[Any]], ArrowRunner] = ListRunner,
+                      batch_id: int = 1) -> None:
+    """Run ``plan`` as a query that crashes (simulated) at ``point`` of batch
+    ``batch_id``, then as its restart, to the end; ``coordinator_for(faults)``: a
+    coordinator of the query's sink and commit log."""
+    spark_committed: list[int] = []
+    try:
+        run_uncommitted(coordinator_for(FaultPlan(point, batch_id, simulate=True)), plan,
+                        spark_committed, runner)
+    except InjectedCrash:
+        pass
+    run_uncommitted(coordinator_for(None), plan, spark_committed, runner)
 
 
 class MemoryStore(Store):

@@ -20,11 +20,11 @@ from sparkeos.core.errors import (
     DataRejectedError,
     TransactionAbortedError,
 )
-from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
+from sparkeos.core.faults import ALL_POINTS
 from sparkeos.core.snapshot.commitlog import CommitLog
 from sparkeos.core.snapshot.coordinator import Coordinator
 from sparkeos.core.snapshot.txpool import TransactionPool
-from sparkeos.testing.inprocess import ArrowRunner, MemoryStore
+from sparkeos.testing.inprocess import ArrowRunner, MemoryStore, crash_then_finish
 
 POOL = TransactionPool("q1", "orders")
 
@@ -123,20 +123,10 @@ def test_upsert_by_key_under_a_crash_at_every_point(tmp_path: Path, point: str) 
     a crash at every protocol point of batch 1 and a restart."""
     sink = DeltaSink(str(tmp_path / "wc"), key=("word",))
     assert sink.cluster_by() == ("word",)
-    log, done = CommitLog(MemoryStore()), []
-
-    def run(faults: FaultPlan | None) -> None:
-        coord = Coordinator(sink, CoordinatorConfig(name="wc"), log, "qtest", faults)
-        for batch_id, partitions in enumerate(WORD_BATCHES):
-            if batch_id not in done:
-                coord.run_batch(batch_id, ArrowRunner(partitions))
-                done.append(batch_id)
-
-    try:
-        run(FaultPlan(point, 1, simulate=True))
-    except InjectedCrash:
-        pass
-    run(None)
+    log = CommitLog(MemoryStore())
+    crash_then_finish(lambda faults: Coordinator(sink, CoordinatorConfig(name="wc"), log,
+                                                 "qtest", faults),
+                      WORD_BATCHES, point, ArrowRunner)
     rows = DeltaTable(str(tmp_path / "wc")).to_pyarrow_table().to_pylist()
     assert {r["word"]: r["n"] for r in rows} == {"a": 2, "b": 2, "c": 3, "d": 1}
     assert len(rows) == 4

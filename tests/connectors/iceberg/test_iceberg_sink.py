@@ -20,12 +20,12 @@ from sparkeos.connectors.iceberg import table as iceberg_table
 from sparkeos.connectors.iceberg.format import IcebergFormat
 from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.errors import AttemptFencedError, ConfigurationError, SchemaMismatchError
-from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
+from sparkeos.core.faults import ALL_POINTS
 from sparkeos.core.protocol import Receipt, Transaction
 from sparkeos.core.snapshot.commitlog import CommitLog
 from sparkeos.core.snapshot.coordinator import Coordinator
 from sparkeos.core.snapshot.txpool import TransactionPool
-from sparkeos.testing.inprocess import ListRunner, MemoryStore
+from sparkeos.testing.inprocess import ListRunner, MemoryStore, crash_then_finish
 
 POOL = TransactionPool("q1", "orders")
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
@@ -108,21 +108,10 @@ def test_files_carry_the_table_field_ids_and_types(tmp_path: Path) -> None:
 @pytest.mark.parametrize("point", ALL_POINTS)
 def test_a_crash_at_every_protocol_point_then_a_restart(tmp_path: Path, point: str) -> None:
     sink = make_sink(tmp_path)
-    log, done = CommitLog(MemoryStore()), []
-    plan = [[[1, 2], [3]], [[4], [5, 6]], [[7], [8]]]
-
-    def run(faults: FaultPlan | None) -> None:
-        coord = Coordinator(sink, CoordinatorConfig(name="orders"), log, "qtest", faults)
-        for batch_id, partitions in enumerate(plan):
-            if batch_id not in done:
-                coord.run_batch(batch_id, ListRunner(partitions))
-                done.append(batch_id)
-
-    try:
-        run(FaultPlan(point, 1, simulate=True))
-    except InjectedCrash:
-        pass
-    run(None)
+    log = CommitLog(MemoryStore())
+    crash_then_finish(lambda faults: Coordinator(sink, CoordinatorConfig(name="orders"),
+                                                 log, "qtest", faults),
+                      [[[1, 2], [3]], [[4], [5, 6]], [[7], [8]]], point)
     assert visible(sink) == list(range(1, 9))
     assert len(loaded(sink).snapshots()) == 3  # one per batch
     root = tmp_path / "warehouse" / "db" / "orders"

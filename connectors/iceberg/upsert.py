@@ -1,0 +1,37 @@
+"""Upserts into an Iceberg table (``IcebergSink(key=...)``, for update-mode
+aggregations): phase 1 stages each attempt's rows whole, in the table's types, under
+``<table>/_sparkeos/staging/<txn id>/`` (no snapshot references them), listed in the
+attempt's manifest like data files; phase 2 deletes the table's rows with the batch's
+keys and adds the batch's rows in one metadata commit with the batch's property
+(``table.merge_batch``). Applying a batch twice would be harmless for its own keys, but
+applied after a later batch it would bring back older values: the property keeps each
+batch to one merge, in batch order."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkeos.core.protocol import Transaction
+from sparkeos.core.storage.locations import local_path
+
+from .files import SPARKEOS_DIR
+
+
+def staged_prefix(root: str, txn: Transaction) -> str:
+    return os.path.join(root, SPARKEOS_DIR, "staging", txn.txn_id) + os.sep
+
+
+def staged_uri(root: str, txn: Transaction, number: int) -> str:
+    return f"{staged_prefix(root, txn)}part-{number:05d}.parquet"
+
+
+def staged_rows(uris: Sequence[str]) -> pa.Table:
+    """The batch's staged rows (at least one file), in the table's types."""
+    return pa.concat_tables([pq.read_table(local_path(uri)) for uri in uris])
+
+
+__all__ = ["staged_prefix", "staged_rows", "staged_uri"]

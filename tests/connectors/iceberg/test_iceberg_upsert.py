@@ -1,0 +1,144 @@
+"""``IcebergSink(key=...)``: update-mode rows upserted by key, each batch once
+(pyiceberg's SQL catalog on SQLite, local paths; no Spark)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sparkeos.connectors.iceberg import IcebergSink
+from sparkeos.core.config import CoordinatorConfig, Guarantee
+from sparkeos.core.errors import ConfigurationError, DataRejectedError, TransactionAbortedError
+from sparkeos.core.faults import ALL_POINTS
+from sparkeos.core.protocol import Receipt, Transaction
+from sparkeos.core.snapshot.commitlog import CommitLog
+from sparkeos.core.snapshot.coordinator import Coordinator
+from sparkeos.core.snapshot.txpool import TransactionPool
+from sparkeos.testing.inprocess import ArrowRunner, MemoryStore, crash_then_finish
+
+POOL = TransactionPool("q1", "wc")
+SCHEMA = pa.schema([("word", pa.string()), ("n", pa.int64())])
+
+
+def make_sink(tmp_path: Path, key: Any = ("word",)) -> IcebergSink:
+    os.makedirs(tmp_path / "warehouse", exist_ok=True)
+    return IcebergSink("db.wc", catalog={"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db",
+                                         "warehouse": f"file://{tmp_path}/warehouse"},
+                       key=key)
+
+
+def words(**counts: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"word": pa.array(list(counts), pa.string()),
+                                       "n": pa.array(list(counts.values()), pa.int64())})
+
+
+def counts(sink: IcebergSink) -> list[dict[str, Any]]:
+    found = sink._load()
+    rows = [] if found is None else found.scan().to_arrow().to_pylist()
+    return sorted(rows, key=str)
+
+
+def staged(tmp_path: Path) -> list[Path]:
+    return list((tmp_path / "warehouse").rglob("staging/**/*.parquet"))
+
+
+def prepared(sink: IcebergSink, batch_id: int, rows: pa.RecordBatch) -> tuple[
+        Transaction, Receipt]:
+    txn = POOL.transaction(batch_id, 0, 0, 0)
+    handle = sink.begin(txn)
+    sink.write(handle, rows)
+    return txn, sink.prepare(handle)
+
+
+WORD_BATCHES = [[words(a=1, b=1), words(c=1)], [words(b=2), words()],
+                [words(a=2), words(c=3, d=1)]]
+
+
+@pytest.mark.parametrize("point", ALL_POINTS)
+def test_upsert_by_key_under_a_crash_at_every_point(tmp_path: Path, point: str) -> None:
+    """Update-mode counts upserted by key, each batch once, through the coordinator with
+    a crash at every protocol point of batch 1 and a restart; no staged rows left."""
+    sink = make_sink(tmp_path)
+    assert sink.cluster_by() == ("word",)
+    sink.validate(SCHEMA)
+    log = CommitLog(MemoryStore())
+    crash_then_finish(lambda faults: Coordinator(sink, CoordinatorConfig(name="wc"), log,
+                                                 "qtest", faults),
+                      WORD_BATCHES, point, ArrowRunner)
+    assert counts(sink) == [{"word": "a", "n": 2}, {"word": "b", "n": 2},
+                            {"word": "c", "n": 3}, {"word": "d", "n": 1}]
+    assert staged(tmp_path) == []
+
+
+def test_a_key_repeated_in_a_batch_is_refused(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path, key="word")
+    sink.validate(SCHEMA)
+    coord = Coordinator(sink, CoordinatorConfig(name="wc"), CommitLog(MemoryStore()), "q")
+    repeated = pa.RecordBatch.from_pydict({"word": ["a", "a"], "n": [1, 2]})
+    with pytest.raises((DataRejectedError, TransactionAbortedError), match="twice"):
+        coord.run_batch(0, ArrowRunner([repeated]))
+    assert counts(sink) == [] and staged(tmp_path) == []
+
+
+def test_a_late_twin_of_an_older_batch_changes_nothing(tmp_path: Path) -> None:
+    """Batch 1 set a=5, batch 2 a=7; a twin committer of batch 1 that comes late (its
+    reply was lost) must not bring a=5 back: the batch property keeps each batch to one
+    merge."""
+    sink = make_sink(tmp_path)
+    sink.validate(SCHEMA)
+    late = prepared(sink, 1, words(a=5))
+    sink.commit_merged([late], recovering=False)
+    sink.commit_merged([prepared(sink, 2, words(a=7))], recovering=False)
+    sink.commit_merged([late], recovering=True)  # its staged rows are gone: no loss
+    assert counts(sink) == [{"word": "a", "n": 7}]
+
+
+def test_an_empty_batch_and_a_null_key(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path)
+    sink.validate(SCHEMA)
+    none = pa.RecordBatch.from_pydict({"word": pa.array([None, "a"], pa.string()),
+                                       "n": pa.array([1, 1], pa.int64())})
+    for batch_id, rows in enumerate([none, words(), none]):
+        txn, receipt = prepared(sink, batch_id, rows)
+        sink.commit(txn, receipt)
+    assert counts(sink) == sorted([{"word": None, "n": 1}, {"word": "a", "n": 1}], key=str)
+
+
+def test_a_key_of_two_columns(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path, key=("word", "day"))
+    schema = pa.schema([("word", pa.string()), ("day", pa.int64()), ("n", pa.int64())])
+    sink.validate(schema)
+
+    def rows(*items: tuple[str | None, int | None, int]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist(
+            [{"word": w, "day": d, "n": n} for w, d, n in items], schema=schema)
+
+    for batch_id, batch in enumerate([rows(("a", 1, 1), ("a", 2, 1), (None, None, 1)),
+                                      rows(("a", 2, 5), (None, None, 3), ("b", 1, 1))]):
+        sink.commit(*prepared(sink, batch_id, batch))
+    assert counts(sink) == sorted(
+        [{"word": "a", "day": 1, "n": 1}, {"word": "a", "day": 2, "n": 5},
+         {"word": None, "day": None, "n": 3}, {"word": "b", "day": 1, "n": 1}], key=str)
+
+
+def test_at_least_once_each_task_upserts_its_own_rows(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path)
+    sink.validate(SCHEMA)
+    per_task = sink.for_guarantee(Guarantee.AT_LEAST_ONCE)
+    for batch_id, batch in enumerate([words(a=1), words(a=3, b=1)]):
+        for attempt in range(2):  # a replay of the task: the same rows again
+            txn = POOL.transaction(batch_id, 0, attempt, 0)
+            handle = per_task.begin(txn)
+            per_task.write(handle, batch)
+            per_task.commit(txn, per_task.prepare(handle))
+    assert counts(sink) == [{"word": "a", "n": 3}, {"word": "b", "n": 1}]
+    assert staged(tmp_path) == []
+
+
+def test_a_key_the_stream_lacks_is_refused_up_front(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="key column 'id'"):
+        make_sink(tmp_path, key=("id",)).validate(SCHEMA)
