@@ -106,11 +106,7 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
 
     def validate(self, schema: pa.Schema) -> None:
         table.check_retry_hook()
-        missing = [column for column in self.key if column not in schema.names]
-        if missing:
-            raise ConfigurationError(
-                f"key column {missing[0]!r} is not a column of the batch "
-                f"({', '.join(schema.names)})", fix="upsert by columns the stream has")
+        upsert.check_key(self.key, schema)
         found = self._load() or catalog.create_table(self._catalog(), self.table, schema)
         catalog.check_table(found, self.table, schema)
 
@@ -218,9 +214,7 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         if root is None:
             return
         if self.key:
-            staged = upsert.staged_prefix(root, txn)
-            files.delete_files([uri for uri in files.read_manifest(root, txn.txn_id) or []
-                                if uri.startswith(staged)])
+            upsert.delete_staged(root, txn, files.read_manifest(root, txn.txn_id) or [])
         files.delete_manifest(root, txn.txn_id)
 
     def for_guarantee(self, guarantee: Guarantee) -> IcebergSink:
@@ -252,10 +246,11 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         uris = None if root is None else files.read_manifest(root, txn.txn_id)
         if root is None or uris is None:
             return
-        present = [uri for uri in uris if files.exists(uri)]
+        staged = upsert.delete_staged(root, txn, uris) if self.key else set()
+        present = [uri for uri in uris if uri not in staged and files.exists(uri)]
         found = self._load() if present else None
         keep = table.referenced(found, present) if found is not None else set()
-        files.delete_files([uri for uri in uris if uri not in keep])
+        files.delete_files([uri for uri in uris if uri not in staged and uri not in keep])
         files.delete_manifest(root, txn.txn_id)
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:

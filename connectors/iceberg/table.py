@@ -16,6 +16,7 @@ batch; ``_BatchTransaction`` asks first, and stops the retry when a twin committ
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -92,16 +93,22 @@ def _calls_hook(commit_transaction: Any) -> bool:
     return "_rebuild_snapshot_updates" in inspect.getsource(commit_transaction)
 
 
+class _BatchHeld(Exception):
+    """Raised out of pyiceberg's retry when the table holds the batch (a twin committed
+    it, or this commit landed though reported failed). Not ``CommitFailedException``:
+    pyiceberg deletes the files of a transaction that failed so, and they may be the
+    ones the table now references (a delete adds no snapshot pyiceberg could find)."""
+
+
 def _batch_transaction(table: Any, query_key: str, sink: str, batch: int | None) -> Any:
-    from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.table import Transaction
 
     class _BatchTransaction(Transaction):  # type: ignore[misc]
-        """A transaction whose own retries stop when a twin committed the batch."""
+        """A transaction whose own retries stop when the table holds the batch."""
 
         def _rebuild_snapshot_updates(self) -> None:
             if batch is not None and holds(self._table, query_key, sink, batch):
-                raise CommitFailedException(f"batch {batch} was committed meanwhile")
+                raise _BatchHeld(f"batch {batch} is in the table")
             super()._rebuild_snapshot_updates()
 
     return _BatchTransaction(table)
@@ -134,8 +141,19 @@ def merge_batch(load: Any, rows: Any, key: Sequence[str], query_key: str, sink: 
     def overwrite(table: Any, transaction: Any, summary: dict[str, str]) -> None:
         with warnings.catch_warnings():  # a batch of new keys only: nothing to delete
             warnings.filterwarnings("ignore", "Delete operation did not match any records")
-            transaction.overwrite(rows, overwrite_filter=match_filter(rows, key),
-                                  snapshot_properties=summary)
+            try:
+                transaction.overwrite(rows, overwrite_filter=match_filter(rows, key),
+                                      snapshot_properties=summary)
+            except ValueError as exc:
+                if "Could not find field" not in str(exc):
+                    raise
+                raise SchemaMismatchError(
+                    f"batch {batch}'s key {list(key)} is not in the Iceberg table "
+                    f"{'.'.join(table.name())} any more ({exc}: another writer renamed or "
+                    "dropped it after the batch was written)", sink=sink, batch_id=batch,
+                    fix="restore the key column under its old name, then restart the "
+                    "query or run `sparkeos recover`: the decided batch commits then"
+                ) from None
 
     # A concurrent change to the files the delete rewrites fails pyiceberg's validation:
     # nothing landed, so the merge is tried again on the table as it is then.
@@ -149,16 +167,23 @@ def match_filter(rows: Any, key: Sequence[str]) -> Any:
     from pyiceberg import expressions
 
     e: Any = expressions  # its classes take terms positionally; their stubs say otherwise
-    AlwaysFalse, And, EqualTo, In, IsNull, Or = (
-        e.AlwaysFalse, e.And, e.EqualTo, e.In, e.IsNull, e.Or)
+    AlwaysFalse, And, EqualTo, In, IsNaN, IsNull, Or = (
+        e.AlwaysFalse, e.And, e.EqualTo, e.In, e.IsNaN, e.IsNull, e.Or)
+
+    def term(column: str, value: Any) -> Any:
+        if value is None:
+            return IsNull(column)
+        return IsNaN(column) if _is_nan(value) else EqualTo(column, value)
+
     values = [rows.column(k).to_pylist() for k in key]
     if len(key) == 1:
-        present = sorted({v for v in values[0] if v is not None})
+        present = sorted({v for v in values[0] if v is not None and not _is_nan(v)})
         found: Any = In(key[0], present) if present else AlwaysFalse()
-        return Or(found, IsNull(key[0])) if None in values[0] else found
-    rows_matched: list[Any] = [
-        And(*[IsNull(k) if v is None else EqualTo(k, v) for k, v in zip(key, row, strict=True)])
-        for row in set(zip(*values, strict=True))]
+        if None in values[0]:
+            found = Or(found, IsNull(key[0]))
+        return Or(found, IsNaN(key[0])) if any(map(_is_nan, values[0])) else found
+    rows_matched: list[Any] = [And(*[term(k, v) for k, v in zip(key, row, strict=True)])
+                               for row in set(zip(*values, strict=True))]
     if not rows_matched:
         return AlwaysFalse()
     while len(rows_matched) > 1:  # a balanced tree: pyiceberg visits it recursively
@@ -166,6 +191,12 @@ def match_filter(rows: Any, key: Sequence[str]) -> Any:
         rows_matched = [Or(a, b) for a, b in pairs] + (
             [rows_matched[-1]] if len(rows_matched) % 2 else [])
     return rows_matched[0]
+
+
+def _is_nan(value: Any) -> bool:
+    """NaN, a group of its own in Spark's aggregations, is no literal in Iceberg's
+    expressions (``IsNaN`` matches it)."""
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _commit(load: Any, query_key: str, sink: str, batch: int, exactly_once: bool,
@@ -189,14 +220,18 @@ def _commit(load: Any, query_key: str, sink: str, batch: int, exactly_once: bool
         try:
             transaction.commit_transaction()
             return True
+        except _BatchHeld:
+            return False
         except retried:
             continue
     name = ".".join(table.name()) if table is not None else "?"
     raise RetriableError(
         f"the Iceberg table {name} changed under {COMMIT_ATTEMPTS} commits of batch "
         f"{batch} in a row (other writers commit to it all the time)", sink=sink,
-        batch_id=batch, fix="the batch is still decided: restart the query (or run "
-        "`sparkeos recover`) once the other writers calm down")
+        batch_id=batch, fix=("the batch is still decided: restart the query (or run "
+                             "`sparkeos recover`) once the other writers calm down")
+        if exactly_once else "Spark runs the task again; if this repeats, write under "
+        "exactly-once, which commits a batch once instead of once per task")
 
 
 def referenced(table: Any, uris: Iterable[str]) -> set[str]:

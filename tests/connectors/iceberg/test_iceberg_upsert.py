@@ -12,7 +12,12 @@ import pytest
 
 from sparkeos.connectors.iceberg import IcebergSink
 from sparkeos.core.config import CoordinatorConfig, Guarantee
-from sparkeos.core.errors import ConfigurationError, DataRejectedError, TransactionAbortedError
+from sparkeos.core.errors import (
+    ConfigurationError,
+    DataRejectedError,
+    SchemaMismatchError,
+    TransactionAbortedError,
+)
 from sparkeos.core.faults import ALL_POINTS
 from sparkeos.core.protocol import Receipt, Transaction
 from sparkeos.core.snapshot.commitlog import CommitLog
@@ -142,3 +147,71 @@ def test_at_least_once_each_task_upserts_its_own_rows(tmp_path: Path) -> None:
 def test_a_key_the_stream_lacks_is_refused_up_front(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="key column 'id'"):
         make_sink(tmp_path, key=("id",)).validate(SCHEMA)
+
+
+def test_nan_keys_match_nan_and_a_nested_key_is_refused(tmp_path: Path) -> None:
+    """Spark groups NaN with NaN: a NaN key replaces the NaN row (no literal in
+    Iceberg's expressions, IsNaN). A struct key is refused before any batch."""
+    sink = make_sink(tmp_path, key=("x",))
+    schema = pa.schema([("x", pa.float64()), ("n", pa.int64())])
+    sink.validate(schema)
+    nan = float("nan")
+    for batch_id, (xs, ns) in enumerate([([nan, 1.5], [1, 1]), ([nan], [4])]):
+        batch = pa.RecordBatch.from_pydict({"x": pa.array(xs, pa.float64()),
+                                            "n": pa.array(ns, pa.int64())})
+        sink.commit(*prepared(sink, batch_id, batch))
+    rows = sink._load().scan().to_arrow().to_pylist()
+    assert sorted(r["n"] for r in rows) == [1, 4] and len(rows) == 2
+    nested = pa.schema([("k", pa.struct([("a", pa.int64())])), ("n", pa.int64())])
+    with pytest.raises(ConfigurationError, match="plain values"):
+        make_sink(tmp_path / "other", key=("k",)).validate(nested)
+
+
+def test_a_renamed_key_column_stops_the_batch_with_the_fix(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path)
+    sink.validate(SCHEMA)
+    sink.commit(*prepared(sink, 0, words(a=1)))
+    txn, receipt = prepared(sink, 1, words(a=2))
+    with sink._load().update_schema() as update:  # another writer, after phase 1
+        update.rename_column("word", "term")
+    with pytest.raises(SchemaMismatchError, match="restore the key column"):
+        sink.commit(txn, receipt)
+
+
+def test_a_rollback_leaves_no_staged_rows_or_directories(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path)
+    sink.validate(SCHEMA)
+    txn, _ = prepared(sink, 0, words(a=1))
+    sink.rollback(txn)
+    committed = prepared(sink, 1, words(b=1))
+    sink.commit(*committed)
+    assert staged(tmp_path) == []
+    assert not any(p.is_dir() for p in (tmp_path / "warehouse").rglob("staging/*"))
+    assert counts(sink) == [{"word": "b", "n": 1}]
+
+
+def test_a_merge_that_landed_though_reported_failed_is_kept_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalog applies the commit and the reply says it failed (a lost reply): the
+    retry finds the batch in the table and stops without deleting the files that the
+    landed snapshot references (a delete adds no snapshot pyiceberg could look for)."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table import Table
+
+    sink = make_sink(tmp_path)
+    sink.validate(SCHEMA)
+    sink.commit(*prepared(sink, 0, words(a=1, b=1)))
+    applied = Table._do_commit
+    lost: list[int] = []
+
+    def lost_reply(self: Any, *args: Any, **kwargs: Any) -> Any:
+        applied(self, *args, **kwargs)
+        if not lost:
+            lost.append(1)
+            raise CommitFailedException("the reply was lost")
+
+    monkeypatch.setattr(Table, "_do_commit", lost_reply)
+    sink.commit(*prepared(sink, 1, words(a=5, c=1)))
+    assert lost == [1]
+    assert counts(sink) == [{"word": "a", "n": 5}, {"word": "b", "n": 1},
+                            {"word": "c", "n": 1}]
