@@ -11,8 +11,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import DataRejectedError
+import pyarrow as pa
+
+from .errors import ConfigurationError, DataRejectedError
 from .protocol import Transaction
+
+
+def check_key(key: Sequence[str], schema: pa.Schema) -> None:
+    """Refuse, before any batch, a key the stream lacks, or one of structs, lists or
+    maps: its values cannot be told apart by hashing them."""
+    for column in key:
+        if column not in schema.names:
+            raise ConfigurationError(
+                f"key column {column!r} is not a column of the batch "
+                f"({', '.join(schema.names)})", fix="upsert by columns the stream has")
+        if pa.types.is_nested(schema.field(column).type):
+            raise ConfigurationError(
+                f"key column {column!r} is a {schema.field(column).type}: an upsert key "
+                "is made of plain values", fix="upsert by plain columns (flatten the "
+                "struct, or key by a hash of the list)")
 
 
 def refuse_repeated_keys(seen: set[tuple[object, ...]], batch: Any, key: Sequence[str],
@@ -30,4 +47,4 @@ def refuse_repeated_keys(seen: set[tuple[object, ...]], batch: Any, key: Sequenc
         seen.add(row)
 
 
-__all__ = ["refuse_repeated_keys"]
+__all__ = ["check_key", "refuse_repeated_keys"]

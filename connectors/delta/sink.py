@@ -36,7 +36,7 @@ from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.storage.locations import local_path
 from sparkeos.core.storage.logstores import is_local_uri
-from sparkeos.core.upsertkeys import refuse_repeated_keys
+from sparkeos.core.upsertkeys import check_key, refuse_repeated_keys
 
 from . import files, table, upsert
 from .files import DataFile
@@ -88,11 +88,7 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
         return self.key  # a key's rows in one participant: a repeat is seen there
 
     def validate(self, schema: pa.Schema) -> None:
-        for column in self.key:
-            if column not in schema.names:
-                raise ConfigurationError(
-                    f"key column {column!r} is not a column of the batch "
-                    f"({', '.join(schema.names)})", fix="upsert by columns the stream has")
+        check_key(self.key, schema)
         for column in self.partition_by:
             if column not in schema.names:
                 raise ConfigurationError(

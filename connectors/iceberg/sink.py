@@ -38,7 +38,7 @@ from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnS
 from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.storage.locations import local_path
-from sparkeos.core.upsertkeys import refuse_repeated_keys
+from sparkeos.core.upsertkeys import check_key, refuse_repeated_keys
 
 from . import catalog, files, table, upsert
 from .files import DataFile
@@ -106,7 +106,7 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
 
     def validate(self, schema: pa.Schema) -> None:
         table.check_retry_hook()
-        upsert.check_key(self.key, schema)
+        check_key(self.key, schema)
         found = self._load() or catalog.create_table(self._catalog(), self.table, schema)
         catalog.check_table(found, self.table, schema)
 

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.protocol import Transaction
 from sparkeos.core.storage import attempts
 from sparkeos.core.storage.locations import local_path
@@ -30,20 +29,6 @@ def staged_prefix(root: str, txn: Transaction) -> str:
 
 def staged_uri(root: str, txn: Transaction, number: int) -> str:
     return f"{staged_prefix(root, txn)}part-{number:05d}.parquet"
-
-
-def check_key(key: Sequence[str], schema: pa.Schema) -> None:
-    """Refuse, before any batch, a key the stream lacks or that has no single value."""
-    for column in key:
-        if column not in schema.names:
-            raise ConfigurationError(
-                f"key column {column!r} is not a column of the batch "
-                f"({', '.join(schema.names)})", fix="upsert by columns the stream has")
-        if pa.types.is_nested(schema.field(column).type):
-            raise ConfigurationError(
-                f"key column {column!r} is a {schema.field(column).type}: an upsert key "
-                "is made of plain values", fix="upsert by plain columns (flatten the "
-                "struct, or key by a hash of the list)")
 
 
 def delete_staged(root: str, txn: Transaction, uris: Sequence[str]) -> set[str]:
@@ -62,4 +47,4 @@ def staged_rows(uris: Sequence[str]) -> pa.Table:
     return pa.concat_tables([pq.read_table(local_path(uri)) for uri in uris])
 
 
-__all__ = ["check_key", "delete_staged", "staged_prefix", "staged_rows", "staged_uri"]
+__all__ = ["delete_staged", "staged_prefix", "staged_rows", "staged_uri"]

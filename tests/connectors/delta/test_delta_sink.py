@@ -106,6 +106,11 @@ def test_what_the_sink_cannot_do_is_refused_up_front(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="not a column"):
         DeltaSink(str(tmp_path / "t"), partition_by=("day",)).validate(
             pa.schema([("id", pa.int64())]))
+    with pytest.raises(ConfigurationError, match="key column 'day' is not a column"):
+        DeltaSink(str(tmp_path / "t"), key=("day",)).validate(pa.schema([("id", pa.int64())]))
+    with pytest.raises(ConfigurationError, match="plain values"):
+        DeltaSink(str(tmp_path / "t"), key=("k",)).validate(
+            pa.schema([("k", pa.list_(pa.int64())), ("n", pa.int64())]))
 
 
 def words(**counts: int) -> pa.RecordBatch:

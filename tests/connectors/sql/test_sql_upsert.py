@@ -11,10 +11,10 @@ import pytest
 from sparkeos.connectors.sql import SqlTableSink
 from sparkeos.core import DataRejectedError, TransactionAbortedError
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.faults import ALL_POINTS, FaultPlan, InjectedCrash
+from sparkeos.core.faults import ALL_POINTS
 from sparkeos.core.snapshot.commitlog import CommitLog
 from sparkeos.core.snapshot.coordinator import Coordinator
-from sparkeos.testing.inprocess import ArrowRunner, MemoryStore
+from sparkeos.testing.inprocess import ArrowRunner, MemoryStore, crash_then_finish
 
 
 def words(**counts: int) -> pa.RecordBatch:
@@ -23,14 +23,6 @@ def words(**counts: int) -> pa.RecordBatch:
 
 
 BATCHES = [[words(a=1, b=1), words(c=1)], [words(b=2), words()], [words(a=2), words(c=3, d=1)]]
-
-
-def run(sink: SqlTableSink, log: CommitLog, faults: FaultPlan | None, done: list[int]) -> None:
-    coord = Coordinator(sink, CoordinatorConfig(name="wc"), log, "qtest", faults)
-    for batch_id, partitions in enumerate(BATCHES):
-        if batch_id not in done:
-            coord.run_batch(batch_id, ArrowRunner(partitions))
-            done.append(batch_id)
 
 
 def table(path: str) -> dict[str, int]:
@@ -43,12 +35,10 @@ def test_upsert_by_key_under_a_crash_at_every_point(tmp_path: Any, point: str) -
     path = str(tmp_path / "db.sqlite")
     sink = SqlTableSink(url=f"sqlite:///{path}", table="wc", create_table=True, key="word")
     assert sink.cluster_by() == ("word",)
-    log, done = CommitLog(MemoryStore()), []
-    try:
-        run(sink, log, FaultPlan(point, 1, simulate=True), done)
-    except InjectedCrash:
-        pass
-    run(sink, log, None, done)
+    log = CommitLog(MemoryStore())
+    crash_then_finish(lambda faults: Coordinator(sink, CoordinatorConfig(name="wc"), log,
+                                                 "qtest", faults),
+                      BATCHES, point, ArrowRunner)
     assert table(path) == {"a": 2, "b": 2, "c": 3, "d": 1}
 
 
