@@ -121,12 +121,13 @@ def commit_batch(load: Any, uris: Sequence[str], query_key: str, sink: str, batc
     idempotence: the at-least-once path)."""
     data_files: list[Any] = []
 
-    def append(table: Any, transaction: Any, summary: dict[str, str]) -> None:
+    def append(table: Any, transaction: Any, summary: dict[str, str]) -> list[str]:
         if not data_files:  # the footers are read once, not per attempt
             data_files.extend(_data_files(table, uris, batch))
         with transaction.update_snapshot(snapshot_properties=summary).fast_append() as add:
             for data_file in data_files:
                 add.append_data_file(data_file)
+        return []  # the attempt's own files: its rollback's and the sweep's to delete
 
     return _commit(load, query_key, sink, batch, exactly_once, append, _commit_failures())
 
@@ -138,7 +139,7 @@ def merge_batch(load: Any, rows: Any, key: Sequence[str], query_key: str, sink: 
     batch's property; False when the table already holds the batch."""
     from pyiceberg.exceptions import ValidationException
 
-    def overwrite(table: Any, transaction: Any, summary: dict[str, str]) -> None:
+    def overwrite(table: Any, transaction: Any, summary: dict[str, str]) -> list[str]:
         with warnings.catch_warnings():  # a batch of new keys only: nothing to delete
             warnings.filterwarnings("ignore", "Delete operation did not match any records")
             try:
@@ -154,6 +155,7 @@ def merge_batch(load: Any, rows: Any, key: Sequence[str], query_key: str, sink: 
                     fix="restore the key column under its old name, then restart the "
                     "query or run `sparkeos recover`: the decided batch commits then"
                 ) from None
+        return _written_by(transaction)
 
     # A concurrent change to the files the delete rewrites fails pyiceberg's validation:
     # nothing landed, so the merge is tried again on the table as it is then.
@@ -203,27 +205,36 @@ def _commit(load: Any, query_key: str, sink: str, batch: int, exactly_once: bool
             build: Any, retried: tuple[type[Exception], ...]) -> bool:
     """One metadata commit of what ``build(table, transaction, summary)`` adds, with the
     batch's property, tried again on the table as it is when another writer committed
-    first (``retried``)."""
+    first (``retried``). ``build`` returns the data files it had pyiceberg write for the
+    attempt: those of attempts that did not land are deleted unless the table references
+    them."""
     summary = {"sparkeos.app": f"{query_key}.{sink}", "sparkeos.query": query_key,
                "sparkeos.sink": sink, "sparkeos.batch": str(batch)}
     marker = batch_property(query_key, sink) if exactly_once else (
         f"{WRITTEN_PREFIX}{query_key}.{sink}")
     table = None
-    for _ in range(COMMIT_ATTEMPTS):
-        table = load()
-        if exactly_once and holds(table, query_key, sink, batch):
-            return False
-        transaction = _batch_transaction(table, query_key, sink,
-                                         batch if exactly_once else None)
-        build(table, transaction, summary)
-        transaction.set_properties({marker: str(batch)})
-        try:
-            transaction.commit_transaction()
-            return True
-        except _BatchHeld:
-            return False
-        except retried:
-            continue
+    unlanded: list[str] = []  # data files written by attempts that did not land
+    try:
+        for _ in range(COMMIT_ATTEMPTS):
+            table = load()
+            if exactly_once and holds(table, query_key, sink, batch):
+                return False
+            transaction = _batch_transaction(table, query_key, sink,
+                                             batch if exactly_once else None)
+            written = build(table, transaction, summary)
+            transaction.set_properties({marker: str(batch)})
+            try:
+                transaction.commit_transaction()
+                return True
+            except _BatchHeld:
+                unlanded += written
+                return False
+            except retried:
+                unlanded += written
+                continue
+    finally:
+        if unlanded:
+            _delete_unreferenced(load, unlanded)
     name = ".".join(table.name()) if table is not None else "?"
     raise RetriableError(
         f"the Iceberg table {name} changed under {COMMIT_ATTEMPTS} commits of batch "
@@ -232,6 +243,27 @@ def _commit(load: Any, query_key: str, sink: str, batch: int, exactly_once: bool
                              "`sparkeos recover`) once the other writers calm down")
         if exactly_once else "Spark runs the task again; if this repeats, write under "
         "exactly-once, which commits a batch once instead of once per task")
+
+
+def _written_by(transaction: Any) -> list[str]:
+    """The data files pyiceberg wrote for ``transaction`` (a merge's new rows and the
+    files its delete rewrote): a commit that does not land leaves them behind, and
+    pyiceberg deletes only its manifests then. Its internal retries keep the same files."""
+    return [data_file.file_path
+            for producer in getattr(transaction, "_snapshot_producers", ())
+            for data_file in getattr(producer, "_added_data_files", ())]
+
+
+def _delete_unreferenced(load: Any, uris: Sequence[str]) -> None:
+    """Delete those of ``uris`` that no snapshot of the table references. A commit
+    reported failed may have landed (a lost reply): its files are then the table's."""
+    table = load()
+    kept = referenced(table, uris)
+    for uri in set(uris) - kept:
+        try:
+            table.io.delete(uri)
+        except FileNotFoundError:
+            pass
 
 
 def referenced(table: Any, uris: Iterable[str]) -> set[str]:

@@ -42,6 +42,10 @@ class TaskRenewal:
             yield
         finally:
             stop.set()
+            # A renewal still being written when the task ends would land after the
+            # batch's commit released the lease, and hold it (recover refusing) until it
+            # expired: wait for it, as long as a lifetime at most.
+            thread.join(timeout=max(1.0, float(self.record.get("ttl_s", 0))))
 
     def _run(self, stop: threading.Event) -> None:
         ttl = float(self.record.get("ttl_s", 0))
