@@ -16,12 +16,15 @@ batch; ``_BatchTransaction`` asks first, and stops the retry when a twin committ
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sparkeos.core.errors import ConfigurationError, RetriableError, SchemaMismatchError
+from sparkeos.core.observe import log_event
 
 COMMIT_ATTEMPTS = 20
 """Commits retried after a conflict (another writer committed first) before giving up;
@@ -121,13 +124,13 @@ def commit_batch(load: Any, uris: Sequence[str], query_key: str, sink: str, batc
     idempotence: the at-least-once path)."""
     data_files: list[Any] = []
 
-    def append(table: Any, transaction: Any, summary: dict[str, str]) -> list[str]:
+    def append(table: Any, transaction: Any, summary: dict[str, str]) -> _Written:
         if not data_files:  # the footers are read once, not per attempt
             data_files.extend(_data_files(table, uris, batch))
         with transaction.update_snapshot(snapshot_properties=summary).fast_append() as add:
             for data_file in data_files:
                 add.append_data_file(data_file)
-        return []  # the attempt's own files: its rollback's and the sweep's to delete
+        return _Written()  # the attempt's own files: its rollback's and the sweep's
 
     return _commit(load, query_key, sink, batch, exactly_once, append, _commit_failures())
 
@@ -139,7 +142,7 @@ def merge_batch(load: Any, rows: Any, key: Sequence[str], query_key: str, sink: 
     batch's property; False when the table already holds the batch."""
     from pyiceberg.exceptions import ValidationException
 
-    def overwrite(table: Any, transaction: Any, summary: dict[str, str]) -> list[str]:
+    def overwrite(table: Any, transaction: Any, summary: dict[str, str]) -> _Written:
         with warnings.catch_warnings():  # a batch of new keys only: nothing to delete
             warnings.filterwarnings("ignore", "Delete operation did not match any records")
             try:
@@ -206,14 +209,16 @@ def _commit(load: Any, query_key: str, sink: str, batch: int, exactly_once: bool
     """One metadata commit of what ``build(table, transaction, summary)`` adds, with the
     batch's property, tried again on the table as it is when another writer committed
     first (``retried``). ``build`` returns the data files it had pyiceberg write for the
-    attempt: those of attempts that did not land are deleted unless the table references
-    them."""
+    attempt (``_written_by``): those of attempts known not to have landed are deleted
+    (``_drop_unlanded``)."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
     summary = {"sparkeos.app": f"{query_key}.{sink}", "sparkeos.query": query_key,
                "sparkeos.sink": sink, "sparkeos.batch": str(batch)}
     marker = batch_property(query_key, sink) if exactly_once else (
         f"{WRITTEN_PREFIX}{query_key}.{sink}")
     table = None
-    unlanded: list[str] = []  # data files written by attempts that did not land
+    failed: list[_Written] = []  # attempts refused: by the catalog, or a twin's batch
     try:
         for _ in range(COMMIT_ATTEMPTS):
             table = load()
@@ -227,14 +232,17 @@ def _commit(load: Any, query_key: str, sink: str, batch: int, exactly_once: bool
                 transaction.commit_transaction()
                 return True
             except _BatchHeld:
-                unlanded += written
+                failed.append(written)
                 return False
+            except (CommitFailedException, ValidationException) as exc:
+                failed.append(written)
+                if not isinstance(exc, retried):
+                    raise
             except retried:
-                unlanded += written
-                continue
+                continue  # its outcome unknown: it may land yet, so its files stay
     finally:
-        if unlanded:
-            _delete_unreferenced(load, unlanded)
+        if failed:
+            _drop_unlanded(load, failed, sink, batch)
     name = ".".join(table.name()) if table is not None else "?"
     raise RetriableError(
         f"the Iceberg table {name} changed under {COMMIT_ATTEMPTS} commits of batch "
@@ -245,25 +253,44 @@ def _commit(load: Any, query_key: str, sink: str, batch: int, exactly_once: bool
         "exactly-once, which commits a batch once instead of once per task")
 
 
-def _written_by(transaction: Any) -> list[str]:
-    """The data files pyiceberg wrote for ``transaction`` (a merge's new rows and the
-    files its delete rewrote): a commit that does not land leaves them behind, and
-    pyiceberg deletes only its manifests then. Its internal retries keep the same files."""
-    return [data_file.file_path
-            for producer in getattr(transaction, "_snapshot_producers", ())
-            for data_file in getattr(producer, "_added_data_files", ())]
+@dataclass(frozen=True)
+class _Written:
+    """The data files pyiceberg wrote for one attempt, and the snapshots it would add."""
+
+    snapshots: frozenset[int] = frozenset()
+    files: tuple[str, ...] = ()
 
 
-def _delete_unreferenced(load: Any, uris: Sequence[str]) -> None:
-    """Delete those of ``uris`` that no snapshot of the table references. A commit
-    reported failed may have landed (a lost reply): its files are then the table's."""
-    table = load()
-    kept = referenced(table, uris)
-    for uri in set(uris) - kept:
-        try:
-            table.io.delete(uri)
-        except FileNotFoundError:
-            pass
+def _written_by(transaction: Any) -> _Written:
+    """What pyiceberg wrote for ``transaction`` (a merge's new rows and the files its
+    delete rewrote): a commit that does not land leaves the data files behind, and
+    pyiceberg deletes only its manifests then. Its internal retries keep the same files
+    and snapshot IDs."""
+    producers = list(getattr(transaction, "_snapshot_producers", ()))
+    return _Written(
+        frozenset(int(p._snapshot_id) for p in producers if hasattr(p, "_snapshot_id")),
+        tuple(data_file.file_path for p in producers
+              for data_file in getattr(p, "_added_data_files", ())))
+
+
+def _drop_unlanded(load: Any, attempts: Sequence[_Written], sink: str, batch: int) -> None:
+    """Delete the files of refused attempts whose snapshots the table does not hold (a
+    commit reported refused may have landed: a lost reply). Never fails the commit: a
+    file left is an orphan for Iceberg's orphan-file removal, not an error."""
+    try:
+        table = load()
+        held = {s.snapshot_id for s in table.snapshots()}
+        for attempt in attempts:
+            if not attempt.snapshots or attempt.snapshots & held:
+                continue  # landed, or nothing to tell it by: its files stay
+            for uri in attempt.files:
+                try:
+                    table.io.delete(uri)
+                except FileNotFoundError:
+                    pass
+    except Exception as exc:
+        log_event("iceberg.cleanup_failed", logging.WARNING, sink=sink, batch=batch,
+                  cause=str(exc))
 
 
 def referenced(table: Any, uris: Iterable[str]) -> set[str]:

@@ -18,6 +18,9 @@ from sparkeos.core.snapshot.commitlog import CommitLog
 from sparkeos.core.snapshot.lease import RENEWALS_PER_LIFETIME
 from sparkeos.core.storage.logstores import is_local_uri, local_path, open_store
 
+RENEWAL_JOIN_S = 10.0
+"""How long the end of a task or commit waits for a renewal being written."""
+
 
 @dataclass(frozen=True)
 class TaskRenewal:
@@ -44,8 +47,8 @@ class TaskRenewal:
             stop.set()
             # A renewal still being written when the task ends would land after the
             # batch's commit released the lease, and hold it (recover refusing) until it
-            # expired: wait for it, as long as a lifetime at most.
-            thread.join(timeout=max(1.0, float(self.record.get("ttl_s", 0))))
+            # expired: wait for it, but not for a store that hangs.
+            thread.join(timeout=RENEWAL_JOIN_S)
 
     def _run(self, stop: threading.Event) -> None:
         ttl = float(self.record.get("ttl_s", 0))
