@@ -182,9 +182,16 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
         if idempotent:
             table.record_query(self.root, txn.query_key, txn.sink)
         if self.key:
-            table.merge_batch(self.root, schema, self.partition_by, self.key,
-                              [os.path.join(self.root, f.path) for f in written],
-                              txn.query_key, txn.sink, txn.batch_id, app_version=idempotent)
+            try:
+                table.merge_batch(self.root, schema, self.partition_by, self.key,
+                                  [os.path.join(self.root, f.path) for f in written],
+                                  txn.query_key, txn.sink, txn.batch_id,
+                                  app_version=idempotent)
+            except FileNotFoundError:
+                # A twin (``sparkeos recover`` beside the driver) merged the batch and
+                # deleted its staged rows after the check above: done, or lost.
+                if self._require_files(txn, written, idempotent):
+                    raise
         else:
             table.commit_batch(self.root, schema, self.partition_by, written,
                                txn.query_key, txn.sink, txn.batch_id, app_version=idempotent)

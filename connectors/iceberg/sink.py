@@ -193,8 +193,15 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
 
         uris = [f.uri for f in written]
         if self.key:
-            table.merge_batch(load, upsert.staged_rows(uris), self.key, txn.query_key,
-                              txn.sink, txn.batch_id, exactly_once=exactly_once)
+            try:
+                rows = upsert.staged_rows(uris)
+            except FileNotFoundError:
+                # A twin (``sparkeos recover`` beside the driver) merged the batch and
+                # deleted its staged rows after the check above: done, or lost.
+                self._commit_files(txn, written, exactly_once)
+                return
+            table.merge_batch(load, rows, self.key, txn.query_key, txn.sink, txn.batch_id,
+                              exactly_once=exactly_once)
         else:
             table.commit_batch(load, uris, txn.query_key, txn.sink, txn.batch_id,
                                exactly_once=exactly_once)

@@ -192,3 +192,27 @@ def test_an_empty_upsert_batch_and_a_null_key(tmp_path: Path) -> None:
     rows = DeltaTable(str(tmp_path / "wc")).to_pyarrow_table().to_pylist()
     assert sorted(rows, key=str) == sorted([{"word": None, "n": 1}, {"word": "a", "n": 1}],
                                            key=str)
+
+
+def test_an_upsert_whose_twin_merges_between_its_check_and_its_read_is_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sparkeos recover`` beside the driver: the twin merges the batch and deletes its
+    staged rows after this committer found them there and before it read them. The
+    batch is done, once; no error."""
+    from sparkeos.connectors.delta import sink as sink_module
+
+    sink = DeltaSink(str(tmp_path / "wc"), key=("word",))
+    item = prepared(sink, 0, 0, words(a=5))
+    twin_item = (item[0], dict(item[1]))
+    real_merge = sink_module.table.merge_batch
+
+    def twin_first(*args: object, **kwargs: object) -> bool:
+        monkeypatch.setattr(sink_module.table, "merge_batch", real_merge)
+        DeltaSink(str(tmp_path / "wc"), key=("word",)).commit_merged(
+            [twin_item], recovering=True)  # type: ignore[list-item]
+        return real_merge(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sink_module.table, "merge_batch", twin_first)
+    sink.commit_merged([item], recovering=False)  # type: ignore[list-item]
+    assert DeltaTable(str(tmp_path / "wc")).to_pyarrow_table().to_pylist() == [
+        {"word": "a", "n": 5}]

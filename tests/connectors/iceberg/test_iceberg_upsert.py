@@ -292,3 +292,4 @@ def test_a_merge_whose_outcome_is_unknown_keeps_its_files(
     assert counts(sink) == [{"word": "a", "n": 5}]
     unlanded = data_files(tmp_path) - before - table_files(sink)
     assert unlanded, "the first try's files were deleted though it might still land"
+
