@@ -293,3 +293,28 @@ def test_a_merge_whose_outcome_is_unknown_keeps_its_files(
     unlanded = data_files(tmp_path) - before - table_files(sink)
     assert unlanded, "the first try's files were deleted though it might still land"
 
+
+
+def test_an_upsert_whose_twin_merges_between_its_check_and_its_read_is_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sparkeos recover`` beside the driver: the twin merges the batch and deletes its
+    staged rows after this committer found them there and before it read them. The
+    batch is done, once; no error."""
+    from sparkeos.connectors.iceberg import upsert
+
+    sink = make_sink(tmp_path)
+    sink.validate(SCHEMA)
+    txn, receipt = prepared(sink, 0, words(a=5))
+    real_read = upsert.staged_rows
+    twins: list[int] = []
+
+    def twin_first(uris: Any) -> Any:
+        twins.append(1)
+        monkeypatch.setattr(upsert, "staged_rows", real_read)
+        make_sink(tmp_path).recover_commit(txn, dict(receipt))  # type: ignore[arg-type]
+        return real_read(uris)
+
+    monkeypatch.setattr(upsert, "staged_rows", twin_first)
+    sink.commit(txn, receipt)
+    assert twins == [1]
+    assert counts(sink) == [{"word": "a", "n": 5}]
