@@ -174,19 +174,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         base (its metadata is not read twice)."""
         if not written:
             return  # an empty batch: nothing to add
-        missing = [f.uri for f in written if not files.exists(f.uri)]
-        if missing:
-            found = self._load()
-            if exactly_once and found is not None and table.holds(
-                    found, txn.query_key, txn.sink, txn.batch_id):
-                return  # a twin committed the batch meanwhile
-            raise DataLossError(
-                f"batch {txn.batch_id} is decided but its prepared files are gone from the "
-                f"Iceberg table {self.table}: {missing[:3]}", sink=txn.sink,
-                batch_id=txn.batch_id, fix="restore the files from a backup of the table's "
-                "data directory; something other than sparkeos deleted them (an orphan-file "
-                "removal with a short age limit?)")
-        pending = [loaded] if loaded is not None and not missing else []
+        if not self._require_files(txn, written, exactly_once):
+            return  # a twin committed the batch meanwhile
+        pending = [loaded] if loaded is not None else []
 
         def load() -> Any:
             return pending.pop() if pending else self._require_table()
@@ -198,13 +188,33 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
             except FileNotFoundError:
                 # A twin (``sparkeos recover`` beside the driver) merged the batch and
                 # deleted its staged rows after the check above: done, or lost.
-                self._commit_files(txn, written, exactly_once)
+                if self._require_files(txn, written, exactly_once):
+                    raise
                 return
             table.merge_batch(load, rows, self.key, txn.query_key, txn.sink, txn.batch_id,
                               exactly_once=exactly_once)
         else:
             table.commit_batch(load, uris, txn.query_key, txn.sink, txn.batch_id,
                                exactly_once=exactly_once)
+
+    def _require_files(self, txn: Transaction, written: Sequence[DataFile],
+                       exactly_once: bool) -> bool:
+        """Whether the batch's files are all there; False when they are gone because a
+        twin committed the batch meanwhile (an upsert's staged rows are deleted once
+        merged); ``DataLossError`` when they are gone and the batch is not committed."""
+        missing = [f.uri for f in written if not files.exists(f.uri)]
+        if not missing:
+            return True
+        found = self._load()
+        if exactly_once and found is not None and table.holds(
+                found, txn.query_key, txn.sink, txn.batch_id):
+            return False
+        raise DataLossError(
+            f"batch {txn.batch_id} is decided but its prepared files are gone from the "
+            f"Iceberg table {self.table}: {missing[:3]}", sink=txn.sink,
+            batch_id=txn.batch_id, fix="restore the files from a backup of the table's "
+            "data directory; something other than sparkeos deleted them (an orphan-file "
+            "removal with a short age limit?)")
 
     def _require_table(self) -> Any:
         found = self._load()

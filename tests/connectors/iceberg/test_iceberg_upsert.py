@@ -217,14 +217,33 @@ def test_a_merge_that_landed_though_reported_failed_is_kept_whole(
                             {"word": "c", "n": 1}]
 
 
-def data_files(tmp_path: Path) -> set[str]:
-    return {str(p) for p in (tmp_path / "warehouse").rglob("data/*.parquet")}
 
+def unreferenced(sink: IcebergSink, tmp_path: Path) -> set[str]:
+    """The data files on disk that no snapshot of the table references (current or
+    older: a merge's delete leaves the files it removed to time travel)."""
+    from sparkeos.connectors.iceberg import table
 
-def table_files(sink: IcebergSink) -> set[str]:
     found = sink._load()
     assert found is not None
-    return {task.file.file_path.removeprefix("file://") for task in found.scan().plan_files()}
+    on_disk = {f"file://{p}" for p in (tmp_path / "warehouse").rglob("data/*.parquet")}
+    return on_disk - table.referenced(found, on_disk)
+
+
+def refuse_commits(monkeypatch: pytest.MonkeyPatch, error: Exception, times: int) -> None:
+    """The catalog answers the next ``times`` commits with ``error`` without applying
+    them; later ones go through."""
+    from pyiceberg.table import Table
+
+    applied = Table._do_commit
+    refused: list[int] = []
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(refused) < times:
+            refused.append(1)
+            raise error
+        return applied(self, *args, **kwargs)
+
+    monkeypatch.setattr(Table, "_do_commit", refuse)
 
 
 def test_a_merge_refused_by_the_catalog_leaves_none_of_its_files(
@@ -233,37 +252,16 @@ def test_a_merge_refused_by_the_catalog_leaves_none_of_its_files(
     retries too): the files pyiceberg wrote for the refused merge are deleted, and the
     next try lands."""
     from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.table import Table
 
     sink = make_sink(tmp_path)
     sink.validate(SCHEMA)
     sink.commit(*prepared(sink, 0, words(a=1, b=1)))
-    applied = Table._do_commit
-    refused: list[int] = []
-
-    def refuse_first(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if len(refused) < 5:  # the first try, and pyiceberg's 4 retries of it
-            refused.append(1)
-            raise CommitFailedException("another writer committed first")
-        return applied(self, *args, **kwargs)
-
-    monkeypatch.setattr(Table, "_do_commit", refuse_first)
+    # The first try, and pyiceberg's 4 retries of it.
+    refuse_commits(monkeypatch, CommitFailedException("another writer committed first"), 5)
     sink.commit(*prepared(sink, 1, words(a=5, c=1)))
     assert counts(sink) == [{"word": "a", "n": 5}, {"word": "b", "n": 1},
                             {"word": "c", "n": 1}]
-    assert data_files(tmp_path) - table_files(sink) <= _removed_by_merges(sink)
-
-
-def _removed_by_merges(sink: IcebergSink) -> set[str]:
-    """Files older snapshots reference (a merge's delete removed them: time travel)."""
-    found = sink._load()
-    assert found is not None
-    older: set[str] = set()
-    for snapshot in found.snapshots():
-        for manifest in snapshot.manifests(found.io):
-            for entry in manifest.fetch_manifest_entry(found.io, discard_deleted=False):
-                older.add(entry.data_file.file_path.removeprefix("file://"))
-    return older
+    assert unreferenced(sink, tmp_path) == set()
 
 
 def test_a_merge_whose_outcome_is_unknown_keeps_its_files(
@@ -272,28 +270,15 @@ def test_a_merge_whose_outcome_is_unknown_keeps_its_files(
     the merge may land later (a REST catalog applying a request it timed out on), so its
     files stay, even after a second try landed the batch."""
     from pyiceberg.exceptions import CommitStateUnknownException
-    from pyiceberg.table import Table
 
     sink = make_sink(tmp_path)
     sink.validate(SCHEMA)
     sink.commit(*prepared(sink, 0, words(a=1)))
-    applied = Table._do_commit
-    unknown: list[int] = []
-
-    def unknown_first(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not unknown:
-            unknown.append(1)
-            raise CommitStateUnknownException("the catalog did not answer")
-        return applied(self, *args, **kwargs)
-
-    before = data_files(tmp_path)
-    monkeypatch.setattr(Table, "_do_commit", unknown_first)
+    refuse_commits(monkeypatch, CommitStateUnknownException("the catalog did not answer"), 1)
     sink.commit(*prepared(sink, 1, words(a=5)))
     assert counts(sink) == [{"word": "a", "n": 5}]
-    unlanded = data_files(tmp_path) - before - table_files(sink)
-    assert unlanded, "the first try's files were deleted though it might still land"
-
-
+    assert unreferenced(sink, tmp_path), (
+        "the first try's files were deleted though it might still land")
 
 def test_an_upsert_whose_twin_merges_between_its_check_and_its_read_is_done(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
