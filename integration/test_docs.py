@@ -78,6 +78,11 @@ def test_doc_block_runs(source: Path, code: str, tmp_path: Any,
         dsn = request.getfixturevalue("pg_server").dsn
         replace["postgresql://app@db:5432/shop"] = dsn
         _create_orders_table(dsn, f"orders_{tag}")
+    s3_prefix = None
+    if "s3a://lake/" in code:  # the table on the local S3 server (the checkpoint stays local)
+        s3 = request.getfixturevalue("s3")
+        s3_prefix = s3.fresh_dir(f"doc-{tag}")
+        replace["s3a://lake/"] = f"{s3_prefix}/"
     spec = {"code": code, "replace": replace, "source": str(source),
             "input": str(input_dir), "workdir": str(tmp_path),
             "env": {"SPARKEOS_KAFKA_STAGING_DIR": str(tmp_path / "staging")}}
@@ -94,6 +99,8 @@ def test_doc_block_runs(source: Path, code: str, tmp_path: Any,
             result = run_warm(lambda _spark: run_block_warm(spec))
             assert result.returncode == 0, result.tail(60)
     finally:
+        if s3_prefix is not None:
+            request.getfixturevalue("s3").delete(s3_prefix)
         if "broker:9092" in replace:
             _delete_topics(replace["broker:9092"], [f"orders_{tag}", f"orders_enriched_{tag}"])
         if "postgresql://app@db:5432/shop" in replace:

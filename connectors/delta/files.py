@@ -11,7 +11,6 @@ ignores directories whose names start with ``_`` (readers and VACUUM alike).
 from __future__ import annotations
 
 import datetime
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 
 from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.storage import attempts
+from sparkeos.core.storage.attempts import TableFiles
 from sparkeos.core.text.sparktext import escape_path_name
 
 SPARKEOS_DIR = attempts.SPARKEOS_DIR
@@ -48,13 +48,6 @@ class DataFile:
         return DataFile(str(data["path"]), int(str(data["size"])),
                         {str(k): (None if v is None else str(v)) for k, v in values.items()},
                         int(str(data["rows"])))
-
-
-manifest_path = attempts.manifest_path
-claim = attempts.claim
-write_manifest = attempts.write_manifest
-read_manifest = attempts.read_manifest
-delete_manifest = attempts.delete_manifest
 
 
 PARTITION_TYPES = "strings, integers, booleans and dates"
@@ -107,17 +100,11 @@ def partition_dir(values: dict[str, str | None]) -> str:
                     for column, value in values.items())
 
 
-def write_file(root: str, relative: str, table: pa.Table) -> int | None:
-    """Write one Parquet file and link it into place (``attempts.link_new``): its size,
-    or None if the name exists (this attempt is a zombie of its ID)."""
-    target = os.path.join(root, relative)
-    temporary = attempts.temporary_for(target)
-    pq.write_table(table, temporary)
-    return attempts.link_new(temporary, target)
-
-
-def delete_files(root: str, paths: Sequence[str]) -> None:
-    attempts.delete_written([os.path.join(root, relative) for relative in paths])
+def write_file(where: TableFiles, relative: str, table: pa.Table) -> int | None:
+    """Write one Parquet file into place, never over a file there
+    (``TableFiles.write_new``): its size, or None if the name exists (this attempt is a
+    zombie of its ID)."""
+    return where.write_new(relative, lambda temporary: pq.write_table(table, temporary))
 
 
 def normalised(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -144,15 +131,9 @@ __all__ = [
     "SPARKEOS_DIR",
     "DataFile",
     "check_partition_column",
-    "claim",
-    "delete_files",
-    "delete_manifest",
-    "manifest_path",
     "normalised",
     "partition_dir",
-    "read_manifest",
     "split_by_partition",
     "value_text",
     "write_file",
-    "write_manifest",
 ]

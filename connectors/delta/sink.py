@@ -1,5 +1,5 @@
-"""Exactly-once appends to a Delta Lake table (issue 51; first part: the foreachBatch
-route, local paths), written with delta-rs (``deltalake``), no JVM.
+"""Exactly-once appends (and upserts by key) to a Delta Lake table on a local path or
+S3 (``stores.py``), written with delta-rs (``deltalake``), no JVM.
 
 - **Phase 1** (a task): the attempt writes its rows as Parquet files into the table's
   directory (``col=value/`` directories for ``partition_by``), named after its
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -34,11 +33,10 @@ from sparkeos.core.errors import AttemptFencedError, ConfigurationError, DataLos
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
 from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
-from sparkeos.core.storage.locations import local_path
-from sparkeos.core.storage.logstores import is_local_uri
+from sparkeos.core.storage.attempts import TableFiles
 from sparkeos.core.upsertkeys import check_key, refuse_repeated_keys
 
-from . import files, table, upsert
+from . import files, stores, table, upsert
 from .files import DataFile
 
 
@@ -53,9 +51,10 @@ class DeltaHandle:
 
 @dataclass(frozen=True)
 class DeltaSink(TransactionalSink[DeltaHandle]):
-    """Append a stream's rows to the Delta table at ``path`` (a local path or
-    ``file:`` URI so far), each batch once. ``partition_by``: the table's partition
-    columns (strings, integers, booleans or dates)."""
+    """Append a stream's rows to the Delta table at ``path`` (a local path, a ``file:``
+    URI or an S3 URI: ``s3a://bucket/tables/orders``), each batch once.
+    ``partition_by``: the table's partition columns (strings, integers, booleans or
+    dates)."""
 
     path: str
     partition_by: tuple[str, ...] = ()
@@ -70,18 +69,22 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
         if not isinstance(self.path, str) or not self.path:
             raise ConfigurationError("DeltaSink needs the table's path",
                                      fix='DeltaSink("/data/tables/orders")')
-        if not is_local_uri(self.path):
-            raise ConfigurationError(
-                f"DeltaSink writes local paths so far, not {self.path}",
-                fix="write to a local or mounted path; object stores and HDFS come next "
-                "(issue 51)")
+        # Resolved here, on the driver, and pickled with the sink: the tasks and the
+        # commit reach the same store at the same endpoint whatever their environment.
+        object.__setattr__(self, "_where", stores.table_files(self.path))
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         object.__setattr__(self, "key", (self.key,) if isinstance(self.key, str)
                            else tuple(self.key))
 
     @property
+    def where(self) -> TableFiles:
+        where: TableFiles = self.__dict__["_where"]
+        return where
+
+    @property
     def root(self) -> str:
-        return os.path.abspath(local_path(self.path))
+        """The table's location as delta-rs is given it (a local path made absolute)."""
+        return self.where.uri()
 
     # -- driver --------------------------------------------------------------------------
     def cluster_by(self) -> tuple[str, ...]:
@@ -95,13 +98,14 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
                     f"partition column {column!r} is not a column of the batch "
                     f"({', '.join(schema.names)})", fix="partition by a column the stream has")
             files.check_partition_column(column, schema.field(column).type)
-        recorded = table.table_schema(self.root)
+        stores.check_store(self.where)
+        recorded = table.table_schema(self.where)
         if recorded is not None and set(recorded.names) != set(schema.names):
             raise ConfigurationError(
                 f"the Delta table at {self.path} has the columns {recorded.names}, the "
                 f"batch {schema.names}", fix="select the table's columns, or write "
                 "another table")
-        partitioned = table.partition_columns(self.root)
+        partitioned = table.partition_columns(self.where)
         if partitioned is not None and partitioned != list(self.partition_by):
             raise ConfigurationError(
                 f"the Delta table at {self.path} is partitioned by {partitioned}, the "
@@ -110,7 +114,7 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
 
     # -- phase 1 ---------------------------------------------------------------------------
     def begin(self, txn: Transaction) -> DeltaHandle:
-        if not files.claim(self.root, txn.txn_id):
+        if not self.where.claim(txn.txn_id):
             raise _fenced(txn)
         return DeltaHandle(txn)
 
@@ -133,9 +137,9 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
     def _write_file(self, handle: DeltaHandle, relative: str, rows: pa.Table,
                     values: dict[str, str | None]) -> None:
         """Listed in the manifest first: a rollback finds every file it may leave."""
-        files.write_manifest(self.root, handle.txn.txn_id,
-                             [f.path for f in handle.written] + [relative])
-        size = files.write_file(self.root, relative, rows)
+        self.where.write_manifest(handle.txn.txn_id,
+                                  [f.path for f in handle.written] + [relative])
+        size = files.write_file(self.where, relative, rows)
         if size is None:  # a file of this attempt ID is in place: a zombie
             raise _fenced(handle.txn)
         handle.written.append(DataFile(relative, size, values, rows.num_rows))
@@ -162,7 +166,7 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
             return
         first = items[0][0]
         written = [DataFile.from_json(f) for _, receipt in items for f in receipt["files"]]
-        done = table.committed_version(self.root, first.query_key, first.sink)
+        done = table.committed_version(self.where, first.query_key, first.sink)
         commit_step("version_read", first)
         if done is None or done < first.batch_id:
             self._commit_files(first, written, [r for _, r in items], idempotent=True)
@@ -176,15 +180,15 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
             return  # an empty batch: nothing to add or merge
         if not self._require_files(txn, written, idempotent):
             return  # a twin committed the batch and cleared its staged files
-        schema = self._schema(receipts)
+        schema = _table_or_batch_schema(self.where, receipts)
         if schema is None:
             return  # the batch wrote no file
         if idempotent:
-            table.record_query(self.root, txn.query_key, txn.sink)
+            table.record_query(self.where, txn.query_key, txn.sink)
         if self.key:
             try:
-                table.merge_batch(self.root, schema, self.partition_by, self.key,
-                                  [os.path.join(self.root, f.path) for f in written],
+                table.merge_batch(self.where, schema, self.partition_by, self.key,
+                                  [f.path for f in written],
                                   txn.query_key, txn.sink, txn.batch_id,
                                   app_version=idempotent)
             except FileNotFoundError:
@@ -193,16 +197,16 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
                 if self._require_files(txn, written, idempotent):
                     raise
         else:
-            table.commit_batch(self.root, schema, self.partition_by, written,
+            table.commit_batch(self.where, schema, self.partition_by, written,
                                txn.query_key, txn.sink, txn.batch_id, app_version=idempotent)
 
     def _forget(self, txn: Transaction, written: Sequence[DataFile]) -> None:
         """A committed attempt's bookkeeping: its manifest (and, for an upsert, its
         staged rows, which the MERGE copied)."""
         if self.key:
-            files.delete_files(self.root, [f.path for f in written
-                                           if f.path.startswith(upsert.staged_prefix(txn))])
-        files.delete_manifest(self.root, txn.txn_id)
+            self.where.delete([f.path for f in written
+                               if f.path.startswith(upsert.staged_prefix(txn))])
+        self.where.delete_manifest(txn.txn_id)
 
     def for_guarantee(self, guarantee: Guarantee) -> DeltaSink:
         """Under at-least-once (or none) each task commits its own files, with no
@@ -229,30 +233,44 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
         self.commit(txn, receipt)
 
     def rollback(self, txn: Transaction) -> None:
-        paths = files.read_manifest(self.root, txn.txn_id)
+        self._roll_back(txn, None)
+
+    def _roll_back(self, txn: Transaction, referenced: set[str] | None) -> set[str] | None:
+        """Delete the attempt's files the table does not reference, then its manifest;
+        the table's referenced files (read once, when there is something to delete)."""
+        paths = self.where.read_manifest(txn.txn_id)
         if paths is None:
-            return
-        keep = table.referenced(self.root)
-        files.delete_files(self.root, [p for p in paths if p not in keep])
-        files.delete_manifest(self.root, txn.txn_id)
+            return referenced
+        if referenced is None:
+            referenced = table.referenced(self.where)
+        self.where.delete([p for p in paths if p not in referenced])
+        self.where.delete_manifest(txn.txn_id)
+        return referenced
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
+        # One listing of the manifests, not a read per ID of the ranges (a request each
+        # on an object store): an attempt claims its manifest before it writes a file
+        # and drops it last, so an ID without one left nothing.
+        held = self.where.manifests()
+        referenced: set[str] | None = None
         for attempt_range in ranges:
             for txn in attempt_range.transactions():
+                if txn.txn_id not in held:
+                    continue
                 if txn.txn_id in keep:
-                    files.delete_manifest(self.root, txn.txn_id)  # committed: files stay
+                    self.where.delete_manifest(txn.txn_id)  # committed: files stay
                 else:
-                    self.rollback(txn)
+                    referenced = self._roll_back(txn, referenced)
 
     def output_of_other_queries(self, query_key: str, sink: str) -> str | None:
-        others = table.other_queries(self.root, query_key, sink)
+        others = table.other_queries(self.where, query_key, sink)
         if not others:
             return None
         return (f"Delta commits of sink {sink!r} by query keys {', '.join(others)} in "
                 f"{self.path}")
 
     def probe(self, txn: Transaction) -> TxnState:
-        return (TxnState.PREPARED if files.read_manifest(self.root, txn.txn_id) is not None
+        return (TxnState.PREPARED if self.where.read_manifest(txn.txn_id) is not None
                 else TxnState.UNKNOWN)
 
     def identity(self) -> dict[str, Any]:
@@ -264,10 +282,10 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
         """Whether the batch's files are all there; False when they are gone because a
         twin committed the batch meanwhile (an upsert's staged rows are deleted once
         merged); ``DataLossError`` when they are gone and the batch is not committed."""
-        missing = [f.path for f in written if not os.path.exists(os.path.join(self.root, f.path))]
+        missing = [f.path for f in written if not self.where.exists(f.path)]
         if not missing:
             return True
-        done = table.committed_version(self.root, txn.query_key, txn.sink)
+        done = table.committed_version(self.where, txn.query_key, txn.sink)
         if idempotent and done is not None and done >= txn.batch_id:
             return False
         raise DataLossError(
@@ -276,15 +294,16 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
             fix="restore the files from a backup of the table directory; something other "
             "than sparkeos deleted them (a VACUUM with retention 0?)")
 
-    def _schema(self, receipts: Sequence[Receipt]) -> pa.Schema | None:
-        """The table's schema, else the batch's (None: the batch wrote no file)."""
-        recorded = table.table_schema(self.root)
-        if recorded is not None:
-            return recorded
-        for receipt in receipts:
-            if receipt.get("schema"):
-                return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(receipt["schema"])))
-        return None
+
+def _table_or_batch_schema(where: TableFiles, receipts: Sequence[Receipt]) -> pa.Schema | None:
+    """The table's schema, else the batch's (None: the batch wrote no file)."""
+    recorded = table.table_schema(where)
+    if recorded is not None:
+        return recorded
+    for receipt in receipts:
+        if receipt.get("schema"):
+            return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(receipt["schema"])))
+    return None
 
 
 def _fenced(txn: Transaction) -> AttemptFencedError:

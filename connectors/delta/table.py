@@ -13,7 +13,7 @@ written before the query's first commit.
 
 from __future__ import annotations
 
-import os
+import posixpath
 import threading
 import time
 import urllib.parse
@@ -23,8 +23,10 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError, RetriableError
+from sparkeos.core.storage.attempts import TableFiles
 
 from .files import SPARKEOS_DIR, DataFile
+from .stores import storage_options
 
 T = TypeVar("T")
 COMMIT_ATTEMPTS = 20
@@ -36,51 +38,59 @@ def app_id(query_key: str, sink: str) -> str:
 
 
 _OPEN = threading.local()
-"""This thread's loaded tables by root: brought up to date (``update_incremental``)
+"""This thread's loaded tables by location: brought up to date (``update_incremental``)
 instead of loaded again, so a commit does not read the whole log (a stream's table
 grows by a version per batch). Per thread: delta-rs' table objects take one caller at
 a time."""
 
 
-def _table(root: str) -> Any:
+def _table(where: TableFiles) -> Any:
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-    tables: dict[str, Any] = getattr(_OPEN, "tables", None) or {}
+    tables: dict[tuple[str, str], Any] = getattr(_OPEN, "tables", None) or {}
     _OPEN.tables = tables
-    cached = tables.get(root)
+    location, options = where.uri(), storage_options(where)
+    cache_key = (location, repr(sorted((options or {}).items())))
+    cached = tables.get(cache_key)
     if cached is not None:
         try:
             cached.update_incremental()
             return cached
         except Exception:  # replaced or removed underneath: load it afresh
-            tables.pop(root, None)
-    if not DeltaTable.is_deltatable(root):
+            tables.pop(cache_key, None)
+    try:
+        # Not ``DeltaTable.is_deltatable``: it holds the GIL while it waits on the store
+        # (deltalake 1.6), which stalls every other thread of the process meanwhile.
+        table = tables[cache_key] = DeltaTable(location, storage_options=options)
+    except TableNotFoundError:
         return None
-    table = tables[root] = DeltaTable(root)
     return table
 
 
-def _forget(root: str) -> None:
-    getattr(_OPEN, "tables", {}).pop(root, None)
+def _forget(where: TableFiles) -> None:
+    tables: dict[tuple[str, str], Any] = getattr(_OPEN, "tables", {})
+    for cache_key in [k for k in tables if k[0] == where.uri()]:
+        tables.pop(cache_key, None)
 
 
-def _read(root: str, read: Callable[[Any], T], empty: T) -> T:
+def _read(where: TableFiles, read: Callable[[Any], T], empty: T) -> T:
     """``read(table)``; ``empty`` without a table. A cached table that fails is
     loaded afresh once (the table may have been replaced at its path)."""
     for fresh in (False, True):
-        table = _table(root)
+        table = _table(where)
         if table is None:
             return empty
         try:
             return read(table)
         except Exception:
-            _forget(root)
+            _forget(where)
             if fresh:
                 raise
     raise AssertionError("unreachable")
 
 
-def committed_version(root: str, query_key: str, sink: str) -> int | None:
+def committed_version(where: TableFiles, query_key: str, sink: str) -> int | None:
     """The last batch the table holds for this (query, sink); None if none."""
     app = app_id(query_key, sink)
 
@@ -88,50 +98,53 @@ def committed_version(root: str, query_key: str, sink: str) -> int | None:
         found = table.transaction_version(app)
         return None if found is None else int(found)
 
-    return _read(root, version, None)
+    return _read(where, version, None)
 
 
-def referenced(root: str) -> set[str]:
+def referenced(where: TableFiles) -> set[str]:
     """The paths (relative, unescaped as the manifests hold them) of every file the
     table's current version references."""
     def paths(table: Any) -> set[str]:
         column = table.get_add_actions(flatten=True).column("path").to_pylist()
         return {urllib.parse.unquote(str(p)) for p in column}
 
-    return _read(root, paths, set())
+    return _read(where, paths, set())
 
 
-def partition_columns(root: str) -> list[str] | None:
-    return _read(root, lambda table: list(table.metadata().partition_columns), None)
+def partition_columns(where: TableFiles) -> list[str] | None:
+    return _read(where, lambda table: list(table.metadata().partition_columns), None)
 
 
-def record_query(root: str, query_key: str, sink: str) -> None:
-    path = os.path.join(root, SPARKEOS_DIR, "queries", sink, query_key)
-    if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w"):
-            pass
+def _queries_dir(where: TableFiles, sink: str) -> str:
+    return where.path(posixpath.join(SPARKEOS_DIR, "queries", sink))
 
 
-def other_queries(root: str, query_key: str, sink: str) -> list[str]:
+def record_query(where: TableFiles, query_key: str, sink: str) -> None:
+    directory = _queries_dir(where, sink)
+    path = posixpath.join(directory, query_key)
+    if not where.files.exists(path):
+        where.files.makedirs(directory)
+        try:
+            where.files.create_new(path, b"")
+        except FileExistsError:
+            pass  # another committer of the query recorded it
+
+
+def other_queries(where: TableFiles, query_key: str, sink: str) -> list[str]:
     """Query keys other than ``query_key`` that committed ``sink`` here: the records
     beside the log, and the commits' own metadata (a copy of the table that lost the
     records still has its log)."""
-    directory = os.path.join(root, SPARKEOS_DIR, "queries", sink)
-    try:
-        found = set(os.listdir(directory))
-    except FileNotFoundError:
-        found = set()
+    found = set(where.files.listdir(_queries_dir(where, sink)))
 
     def committed(table: Any) -> set[str]:
         return {str(c.get("sparkeos.query")) for c in table.history()
                 if c.get("sparkeos.sink") == sink and c.get("sparkeos.query")}
 
-    found |= _read(root, committed, set())
+    found |= _read(where, committed, set())
     return sorted(found - {query_key})
 
 
-def commit_batch(root: str, schema: pa.Schema, partition_by: Sequence[str],
+def commit_batch(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str],
                  files: Sequence[DataFile], query_key: str, sink: str, batch: int,
                  app_version: bool = True) -> bool:
     """Add ``files`` to the table in one commit; False when the table already holds
@@ -148,10 +161,10 @@ def commit_batch(root: str, schema: pa.Schema, partition_by: Sequence[str],
                                        partition_by=list(partition_by) or None,
                                        commit_properties=properties)
 
-    return _once(root, schema, partition_by, query_key, sink, batch, app_version, append)
+    return _once(where, schema, partition_by, query_key, sink, batch, app_version, append)
 
 
-def merge_batch(root: str, schema: pa.Schema, partition_by: Sequence[str],
+def merge_batch(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str],
                 key: Sequence[str], staged: Sequence[str], query_key: str, sink: str,
                 batch: int, app_version: bool = True) -> bool:
     """MERGE the staged rows into the table by ``key`` (matched: every column
@@ -162,15 +175,16 @@ def merge_batch(root: str, schema: pa.Schema, partition_by: Sequence[str],
     from .upsert import merge_predicate
 
     def merge(table: Any, properties: Any) -> None:
-        source = pa.concat_tables([pq.read_table(path) for path in staged]).cast(schema)
+        source = pa.concat_tables([pq.read_table(pa.BufferReader(where.read(path)))
+                                   for path in staged]).cast(schema)
         (table.merge(source, merge_predicate(key), source_alias="s", target_alias="t",
                      commit_properties=properties)
          .when_matched_update_all().when_not_matched_insert_all().execute())
 
-    return _once(root, schema, partition_by, query_key, sink, batch, app_version, merge)
+    return _once(where, schema, partition_by, query_key, sink, batch, app_version, merge)
 
 
-def _once(root: str, schema: pa.Schema, partition_by: Sequence[str], query_key: str,
+def _once(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str], query_key: str,
           sink: str, batch: int, app_version: bool,
           commit: Callable[[Any, Any], None]) -> bool:
     """``commit(table, properties)`` until it goes through, unless the table holds the
@@ -180,9 +194,9 @@ def _once(root: str, schema: pa.Schema, partition_by: Sequence[str], query_key: 
 
     app = app_id(query_key, sink)
     for _ in range(COMMIT_ATTEMPTS):
-        table = _table(root)
+        table = _table(where)
         if table is None:
-            _create(root, schema, partition_by)
+            _create(where, schema, partition_by)
             continue
         done = table.transaction_version(app) if app_version else None
         if done is not None and done >= batch:
@@ -196,28 +210,30 @@ def _once(root: str, schema: pa.Schema, partition_by: Sequence[str], query_key: 
             return True
         except CommitFailedError:
             del table
-            _forget(root)
+            _forget(where)
     raise RetriableError(
-        f"the Delta table at {root} changed under {COMMIT_ATTEMPTS} commits of batch "
+        f"the Delta table at {where.uri()} changed under {COMMIT_ATTEMPTS} commits of batch "
         f"{batch} in a row (other writers commit to it all the time)", sink=sink,
         batch_id=batch, fix="the batch is still decided: restart the query (or run "
         "`sparkeos recover`) once the other writers calm down")
 
 
-def _create(root: str, schema: pa.Schema, partition_by: Sequence[str]) -> None:
+def _create(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str]) -> None:
     from deltalake import DeltaTable
 
+    location, options = where.uri(), storage_options(where)
     try:
-        DeltaTable.create(root, schema, mode="error", partition_by=list(partition_by) or None)
+        DeltaTable.create(location, schema, mode="error",
+                          partition_by=list(partition_by) or None, storage_options=options)
     except Exception as exc:
-        if DeltaTable.is_deltatable(root):
+        if _table(where) is not None:
             return  # another committer created it first
-        raise ConfigurationError(f"cannot create a Delta table at {root}: {exc}",
-                                 fix="check the path and its permissions") from None
+        raise ConfigurationError(f"cannot create a Delta table at {location}: {exc}",
+                                 fix="check the location and its permissions") from None
 
 
-def table_schema(root: str) -> pa.Schema | None:
-    return _read(root, lambda table: pa.schema(table.schema().to_arrow()), None)
+def table_schema(where: TableFiles) -> pa.Schema | None:
+    return _read(where, lambda table: pa.schema(table.schema().to_arrow()), None)
 
 
 __all__ = ["COMMIT_ATTEMPTS", "app_id", "commit_batch", "committed_version", "merge_batch",

@@ -1,5 +1,6 @@
 """Files an attempt writes into a table's own directory before any commit references
-them, on a local or mounted path: the attempt's manifest and the link into place.
+them: the attempt's manifest and the write into place, on a local or mounted path (the
+functions) or on any store of ``core.storage.stores`` (``TableFiles``).
 
 A table sink (Delta, Iceberg) writes its data files where the table keeps them, so its
 commit only has to reference them. Each attempt first claims its manifest,
@@ -9,6 +10,12 @@ before the file is written (durable first), so a rollback finds every file witho
 listing the table. A file is written under a temporary name, fsynced, and linked to its
 name, which never replaces a file: a zombie of a committed attempt cannot overwrite
 what a commit references. Table readers skip ``_sparkeos/`` (a name starting with ``_``).
+
+On an object store or HDFS (``TableFiles`` over a ``Files``) the same rules hold by the
+store's own write-once create: the claim is a create of the manifest that fails if it
+exists, a data file is uploaded from the task's disk by a create that fails if the name
+exists (``Files.upload_new``: a zombie is fenced, never replaces a committed file), and
+the manifest is replaced whole (one ``PUT``).
 """
 
 from __future__ import annotations
@@ -16,7 +23,12 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Sequence
+import posixpath
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .files import Files
 
 SPARKEOS_DIR = "_sparkeos"
 
@@ -107,6 +119,14 @@ def link_new(temporary: str, target: str) -> int | None:
         os.remove(temporary)
 
 
+def write_new(target: str, write: Callable[[str], None]) -> int | None:
+    """``write(temporary)``, then link it to ``target`` (``link_new``): its size, or None
+    if ``target`` exists."""
+    temporary = temporary_for(target)
+    write(temporary)
+    return link_new(temporary, target)
+
+
 def delete_written(paths: Sequence[str]) -> None:
     """Delete files and any temporary name a dead writer left beside them."""
     for target in paths:
@@ -115,3 +135,102 @@ def delete_written(paths: Sequence[str]) -> None:
                 os.remove(path)
             except FileNotFoundError:
                 pass
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """A table's directory on its store (``core.storage.registry.split_uri``), for the
+    files of attempts: ``root`` is the path inside ``files``; every other path is
+    relative to it, ``/``-separated. On a local path each call is the function of this
+    module of the same name."""
+
+    files: Files
+    root: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.files.is_local
+
+    def path(self, relative: str) -> str:
+        if self.is_local:
+            return os.path.join(self.root, relative)
+        return posixpath.join(self.root, relative)
+
+    def uri(self, relative: str = "") -> str:
+        """What a table library is given (``s3a://bucket/table/...``; a local path as it is)."""
+        path = self.path(relative) if relative else self.root
+        return path if self.is_local else self.files.uri(path)
+
+    def claim(self, txn_id: str) -> bool:
+        if self.is_local:
+            return claim(self.root, txn_id)
+        try:
+            self.files.create_new(self._manifest(txn_id), _manifest_body([]))
+        except FileExistsError:
+            return False
+        return True
+
+    def write_manifest(self, txn_id: str, names: Sequence[str]) -> None:
+        if self.is_local:
+            write_manifest(self.root, txn_id, names)
+        else:
+            self.files.overwrite(self._manifest(txn_id), _manifest_body(names))
+
+    def read_manifest(self, txn_id: str) -> list[str] | None:
+        if self.is_local:
+            return read_manifest(self.root, txn_id)
+        try:
+            data = self.files.read(self._manifest(txn_id))
+        except FileNotFoundError:
+            return None
+        return [str(p) for p in json.loads(data)["files"]]
+
+    def manifests(self) -> set[str]:
+        if self.is_local:
+            return manifests(self.root)
+        names = self.files.listdir(posixpath.join(self.root, SPARKEOS_DIR, "attempts"))
+        return {name[: -len(".json")] for name in names if name.endswith(".json")}
+
+    def delete_manifest(self, txn_id: str) -> None:
+        if self.is_local:
+            delete_manifest(self.root, txn_id)
+        else:
+            self.files.delete(self._manifest(txn_id))
+
+    def write_new(self, relative: str, write: Callable[[str], None]) -> int | None:
+        """``write(local file)``, then put it at ``relative``, never over a file there:
+        its size, or None if the name exists (a zombie of the attempt's ID)."""
+        if self.is_local:
+            return write_new(self.path(relative), write)
+        descriptor, temporary = tempfile.mkstemp(prefix="sparkeos-table-", suffix=".tmp")
+        os.close(descriptor)
+        try:
+            write(temporary)
+            size = os.path.getsize(temporary)
+            try:
+                self.files.upload_new(temporary, self.path(relative))
+            except FileExistsError:
+                return None
+            return size
+        finally:
+            os.remove(temporary)
+
+    def exists(self, relative: str) -> bool:
+        return self.files.exists(self.path(relative))
+
+    def read(self, relative: str) -> bytes:
+        return self.files.read(self.path(relative))
+
+    def delete(self, relatives: Sequence[str]) -> None:
+        if self.is_local:
+            delete_written([self.path(r) for r in relatives])
+        else:
+            for relative in relatives:
+                self.files.delete(self.path(relative))
+
+    def _manifest(self, txn_id: str) -> str:
+        return posixpath.join(self.root, SPARKEOS_DIR, "attempts", f"{txn_id}.json")
+
+
+def _manifest_body(names: Sequence[str]) -> bytes:
+    return json.dumps({"files": list(names)}).encode()

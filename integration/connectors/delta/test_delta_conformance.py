@@ -1,5 +1,5 @@
-"""DeltaSink runs the conformance suite on a local Delta table: real Spark, the table
-read back with delta-rs."""
+"""DeltaSink runs the conformance suite on a Delta table on a local path and on S3 (the
+project's local server): real Spark, the table read back with delta-rs."""
 
 from __future__ import annotations
 
@@ -8,29 +8,36 @@ import os
 import urllib.parse
 from typing import Any
 
+import pytest
+
+from integration.fixtures.s3 import CheckpointOnS3
 from sparkeos.connectors.delta import DeltaSink
+from sparkeos.connectors.delta.stores import storage_options, table_files
 from sparkeos.testing.conformance import (
+    FORMAT_CASES,
     MERGED_DRIVER_POINTS,
     ConnectorConformance,
+    FormatConformance,
     InProcessConformance,
+    SampledConformance,
     SampledDriverKills,
     SampledFormatConformance,
 )
+from sparkeos.testing.storefaults import StoreWireFaultCases
 
 
-def ever_added(root: str) -> set[str]:
+def ever_added(location: str) -> set[str]:
     """Every file a commit in the table's log added (relative, unescaped): a file a later
     version removed (a merge's rewrite) stays for time travel until a vacuum; a file no
     commit added is a leftover."""
-    log = os.path.join(root, "_delta_log")
+    where = table_files(location)
     added: set[str] = set()
-    for name in sorted(os.listdir(log)) if os.path.isdir(log) else []:
+    for name in sorted(where.files.listdir(where.path("_delta_log"))):
         if name.endswith(".json") and name[:-5].isdigit():
-            with open(os.path.join(log, name)) as fh:
-                for line in fh:
-                    action = json.loads(line)
-                    if "add" in action:
-                        added.add(urllib.parse.unquote(action["add"]["path"]))
+            for line in where.read(f"_delta_log/{name}").decode().splitlines():
+                action = json.loads(line)
+                if "add" in action:
+                    added.add(urllib.parse.unquote(action["add"]["path"]))
     return added
 
 
@@ -53,20 +60,26 @@ class TestDeltaSink(SampledDriverKills, ConnectorConformance):
 
     def visible_ids(self, workdir: str) -> list[int]:
         from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
 
-        if not DeltaTable.is_deltatable(self.table(workdir)):
+        where = table_files(self.table(workdir))
+        try:
+            table = DeltaTable(where.uri(), storage_options=storage_options(where))
+        except TableNotFoundError:
             return []
-        return [int(i) for i in DeltaTable(self.table(workdir)).to_pyarrow_table(
-            columns=["id"]).column("id").to_pylist()]
+        return [int(i) for i in table.to_pyarrow_table(columns=["id"]).column("id").to_pylist()]
 
     def leftovers(self, workdir: str) -> list[str] | None:
-        root = self.table(workdir)
-        attempts = os.path.join(root, "_sparkeos", "attempts")
-        manifests = sorted(os.listdir(attempts)) if os.path.isdir(attempts) else []
-        referenced = ever_added(root)
-        stray = sorted(name for name in (os.listdir(root) if os.path.isdir(root) else [])
+        where = table_files(self.table(workdir))
+        manifests = sorted(where.manifests())
+        referenced = ever_added(self.table(workdir))
+        stray = sorted(name for name in where.files.listdir(where.root)
                        if name.endswith(".parquet") and name not in referenced)
-        return [f"manifest {m}" for m in manifests] + [f"unreferenced {f}" for f in stray]
+        staging = where.path("_sparkeos/staging")
+        staged = [f"{txn}/{name}" for txn in where.files.listdir(staging)
+                  for name in where.files.listdir(f"{staging}/{txn}")]
+        return ([f"manifest {m}" for m in manifests] + [f"unreferenced {f}" for f in stray]
+                + [f"staged {s}" for s in staged])
 
 
 class TestDeltaFormat(SampledFormatConformance, TestDeltaSink):
@@ -93,3 +106,66 @@ class TestDeltaUpsertConformance(InProcessConformance, TestDeltaSink):
 
     def sink_factory(self, workdir: str) -> DeltaSink:
         return DeltaSink(self.table(workdir), key=["id"])
+
+    def leftovers(self, workdir: str) -> list[str] | None:
+        """sparkeos' own state only: an upsert writes no data file into the table itself
+        (delta-rs' MERGE does). A MERGE that lost its commit to a twin leaves the files
+        delta-rs wrote for it, referenced by no commit, until a VACUUM: a limit of
+        delta-rs (docs/connectors/delta.md), not counted here."""
+        left = super().leftovers(workdir) or []
+        return [entry for entry in left if not entry.startswith("unreferenced ")]
+
+
+@pytest.mark.s3
+class TestDeltaSinkS3(StoreWireFaultCases, SampledConformance, CheckpointOnS3, TestDeltaSink):
+    """The table on S3 (the data files by sparkeos' conditional creates, the log by
+    delta-rs' own), with the query's checkpoint and commit log there too: the in-process
+    cases (the crash matrix, concurrent attempts, twin commits, the lost-checkpoint
+    guard) against the store, replies lost after the store applied a write (sparkeos'
+    and delta-rs' requests alike go through the fault proxy), and a Spark job end to end
+    and with a task retried after it prepared."""
+
+    def table(self, workdir: str) -> str:
+        return f"{self.s3_dir}/orders"
+
+
+@pytest.mark.s3
+class TestDeltaUpsertS3(CheckpointOnS3, TestDeltaUpsertConformance):
+    """Upserts on S3, in process: the staged rows read back from the store for the
+    MERGE, and deleted once merged: the crash matrix and the commit's races. The claims,
+    zombies and replays are the store's and the replay rule's, which TestDeltaSinkS3 and
+    the local upsert suite run; so is the soak."""
+
+    test_soak_many_tiny_batches_stay_bounded = None
+    test_exactly_once_replay_partitioned_otherwise = None
+    test_at_least_once_replay_partitioned_otherwise_loses_nothing = None
+    test_at_least_once_replay_partitioned_as_before_loses_nothing = None
+    test_a_switch_to_exactly_once_over_a_half_written_batch = None
+    test_at_least_once_replay_shuffled_writes_nothing_again = None
+    test_at_least_once_queries_are_told_apart_by_spark_query_id = None
+    test_a_retry_beside_a_dead_prepared_attempt_past_every_retention_horizon = None
+    test_zombie_attempt_never_becomes_visible = None
+    test_concurrent_attempt_starts_after_the_first_prepared = None
+    test_concurrent_copy_wins_and_the_original_goes_on = None
+    test_late_attempt_after_the_batch_was_aborted = None
+    test_begin_claims_its_transaction_id_exclusively = None
+    test_lost_checkpoint_is_refused_not_duplicated = None
+
+    def table(self, workdir: str) -> str:
+        return f"{self.s3_dir}/orders"
+
+
+@pytest.mark.s3
+class TestDeltaFormatS3(FormatConformance, TestDeltaSinkS3):
+    """``format("sparkeos-delta")`` with the table and the checkpoint on S3, end to end:
+    the format's planner and committer reach the store by the endpoint the job's
+    session and environment give (both ways of carrying the setting without the
+    environment are the file format's S3 suite's). The format's kills, retries and
+    replays are TestDeltaFormat's, on a local table."""
+
+    def format_spec(self, workdir: str) -> dict[str, Any]:
+        return {"format": "sparkeos-delta", "options": {"path": self.table(workdir)}}
+
+
+for _case in FORMAT_CASES - {"test_end_to_end_several_batches"}:
+    setattr(TestDeltaFormatS3, _case, None)

@@ -98,8 +98,10 @@ def test_at_least_once_commits_each_participant_and_other_queries_are_found(
 
 
 def test_what_the_sink_cannot_do_is_refused_up_front(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match="local paths"):
-        DeltaSink("s3://bucket/orders")
+    for elsewhere in ("gs://bucket/orders", "abfss://c@account.dfs.core.windows.net/o",
+                      "hdfs://namenode:8020/orders"):
+        with pytest.raises(ConfigurationError, match="local paths and S3 so far"):
+            DeltaSink(elsewhere)
     sink = DeltaSink(str(tmp_path / "t"), partition_by=("amount",))
     with pytest.raises(ConfigurationError, match="partitions by"):
         sink.validate(pa.schema([("id", pa.int64()), ("amount", pa.float64())]))
