@@ -169,3 +169,22 @@ class TestDeltaFormatS3(FormatConformance, TestDeltaSinkS3):
 
 for _case in FORMAT_CASES - {"test_end_to_end_several_batches"}:
     setattr(TestDeltaFormatS3, _case, None)
+
+
+@pytest.mark.s3
+def test_a_store_without_conditional_writes_is_refused_before_anything_is_written(
+        s3_without_conditional_writes: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """delta-rs' log commits and the attempts' claims rest on ``If-None-Match``: a store
+    that ignores it would let two commits of one version both win. ``validate`` refuses
+    it, and the table's prefix stays empty."""
+    import pyarrow as pa
+
+    from sparkeos.core.errors import ConfigurationError
+
+    store = s3_without_conditional_writes
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", store.endpoint)
+    location = f"{store.fresh_dir('weak-delta')}/orders"
+    with pytest.raises(ConfigurationError, match="does not honour conditional writes"):
+        DeltaSink(location).validate(pa.schema([("id", pa.int64())]))
+    where = table_files(location)
+    assert [n for n in where.files.listdir(where.root) if not n.startswith(".")] == []
