@@ -98,7 +98,7 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
                     f"partition column {column!r} is not a column of the batch "
                     f"({', '.join(schema.names)})", fix="partition by a column the stream has")
             files.check_partition_column(column, schema.field(column).type)
-        stores.check_store(self.where)
+        self.where.check_writes()  # delta-rs' log commits rest on it too
         recorded = table.table_schema(self.where)
         if recorded is not None and set(recorded.names) != set(schema.names):
             raise ConfigurationError(

@@ -26,7 +26,7 @@ from sparkeos.core.errors import ConfigurationError, RetriableError
 from sparkeos.core.storage.attempts import TableFiles
 
 from .files import SPARKEOS_DIR, DataFile
-from .stores import storage_options
+from .stores import storage_options, with_credentials
 
 T = TypeVar("T")
 COMMIT_ATTEMPTS = 20
@@ -62,7 +62,8 @@ def _table(where: TableFiles) -> Any:
     try:
         # Not ``DeltaTable.is_deltatable``: it holds the GIL while it waits on the store
         # (deltalake 1.6), which stalls every other thread of the process meanwhile.
-        table = tables[cache_key] = DeltaTable(location, storage_options=options)
+        table = tables[cache_key] = DeltaTable(location,
+                                               storage_options=with_credentials(options))
     except TableNotFoundError:
         return None
     return table
@@ -77,6 +78,10 @@ def _forget(where: TableFiles) -> None:
 def _read(where: TableFiles, read: Callable[[Any], T], empty: T) -> T:
     """``read(table)``; ``empty`` without a table. A cached table that fails is
     loaded afresh once (the table may have been replaced at its path)."""
+    return _reached(where, lambda: _read_loaded(where, read, empty))
+
+
+def _read_loaded(where: TableFiles, read: Callable[[Any], T], empty: T) -> T:
     for fresh in (False, True):
         table = _table(where)
         if table is None:
@@ -88,6 +93,20 @@ def _read(where: TableFiles, read: Callable[[Any], T], empty: T) -> T:
             if fresh:
                 raise
     raise AssertionError("unreachable")
+
+
+def _reached(where: TableFiles, call: Callable[[], T]) -> T:
+    """``call()``, a store that delta-rs cannot reach (``OSError``) said with where and
+    the fix (retried with the batch)."""
+    try:
+        return call()
+    except OSError as exc:
+        raise RetriableError(
+            f"delta-rs cannot read the Delta table at {where.uri()} "
+            f"({where.files.uri(where.root)}): {str(exc).splitlines()[0]}",
+            fix="check the store's endpoint (AWS_ENDPOINT_URL_S3 or "
+            "spark.hadoop.fs.s3a.endpoint), its region and the credentials of every "
+            "process; retried with the batch") from None
 
 
 def committed_version(where: TableFiles, query_key: str, sink: str) -> int | None:
@@ -224,7 +243,8 @@ def _create(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str]) -
     location, options = where.uri(), storage_options(where)
     try:
         DeltaTable.create(location, schema, mode="error",
-                          partition_by=list(partition_by) or None, storage_options=options)
+                          partition_by=list(partition_by) or None,
+                          storage_options=with_credentials(options))
     except Exception as exc:
         if _table(where) is not None:
             return  # another committer created it first

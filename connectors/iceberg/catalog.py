@@ -18,9 +18,11 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
+from sparkeos.core.storage.files import S3_SCHEMES
+from sparkeos.core.storage.locations import parse as parse_location
 from sparkeos.core.storage.logstores import is_local_uri
 
-from .files import normalised_schema
+from .files import normalised_schema, table_location
 
 CATALOG_EXAMPLE = ('catalog={"type": "sql", "uri": "sqlite:////data/iceberg/catalog.db", '
                    '"warehouse": "file:///data/iceberg/warehouse"}')
@@ -56,12 +58,35 @@ def checked_catalog(catalog: Mapping[str, Any]) -> dict[str, str]:
                 f"the {what} path {path!r} is relative: the driver and every executor "
                 "would each resolve it in their own working directory",
                 fix=f"an absolute path on a mount every process sees: {CATALOG_EXAMPLE}")
-    if not is_local_uri(warehouse):
-        raise ConfigurationError(
-            f"IcebergSink writes tables on local paths so far, not warehouse={warehouse}",
-            fix="a local or mounted warehouse (file:///...); object stores and HDFS come "
-            "next (issue 51)")
+    check_location(warehouse, "warehouse")
     return properties
+
+
+def check_location(location: str, what: str) -> None:
+    """Refuse a warehouse or table location on a store the sink does not write yet."""
+    if not is_local_uri(location) and parse_location(location).scheme not in S3_SCHEMES:
+        raise ConfigurationError(
+            f"IcebergSink writes tables on local paths and S3 so far, not {what}={location}",
+            fix="a local or mounted warehouse (file:///...) or one on S3 (s3a://bucket/...); "
+            "Google Cloud Storage, Azure and HDFS come next (issue 51)")
+
+
+def io_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """pyiceberg's FileIO settings for a warehouse on S3: the endpoint and region sparkeos
+    resolves for the bucket (``core.storage.stores.s3``: the settings Spark's S3A reads),
+    unless the catalog's properties give them; nothing for a local warehouse."""
+    warehouse = properties.get("warehouse", "")
+    if parse_location(warehouse).scheme not in S3_SCHEMES:
+        return {}
+    from sparkeos.core.storage.registry import split_uri
+    from sparkeos.core.storage.stores.s3 import S3Files
+
+    store, _ = split_uri(warehouse)
+    assert isinstance(store, S3Files)
+    found = {"s3.region": store.region}
+    if store.endpoint:
+        found["s3.endpoint"] = store.endpoint
+    return {k: v for k, v in found.items() if k not in properties}
 
 
 def sqlite_path(uri: str) -> str:
@@ -153,12 +178,7 @@ def create_table(catalog: Any, identifier: str, schema: pa.Schema) -> Any:
 
 def check_table(table: Any, identifier: str, schema: pa.Schema) -> None:
     """Refuse, before anything is written, a table the sink cannot write yet."""
-    location = str(table.location())
-    if not is_local_uri(location):
-        raise ConfigurationError(
-            f"the Iceberg table {identifier} lives at {location}: IcebergSink writes "
-            "local paths so far", fix="a table on a local or mounted path (issue 51 "
-            "brings object stores)")
+    check_location(str(table.location()), f"the location of {identifier}")
     if not table.spec().is_unpartitioned():
         raise ConfigurationError(
             f"the Iceberg table {identifier} is partitioned ({table.spec()}): IcebergSink "
@@ -205,24 +225,34 @@ def parquet_options(table: Any) -> dict[str, Any]:
 
 
 _ROOTS: dict[tuple[str, str, str], str] = {}
-"""Each table's location as a local path, by (catalog, identifier): Iceberg tables keep
+"""Each table's location (``files.table_location``), by (catalog, identifier): Iceberg tables keep
 their location (pyiceberg cannot move one), so a sweep or a rollback need not load the
 table's metadata to find the attempts' manifests."""
 
 
 def table_root(catalog: Any, identifier: str) -> str | None:
-    """The table's location as a local path; None if there is no table."""
-    from sparkeos.core.storage.locations import local_path
-
+    """The table's location (``files.table_location``); None if there is no table."""
     key = (str(catalog.name), repr(sorted(catalog.properties.items())), identifier)
     if key not in _ROOTS:
         table = load_table(catalog, identifier)
         if table is None:
             return None
-        _ROOTS[key] = local_path(str(table.location()))
+        _ROOTS[key] = table_location(str(table.location()))
     return _ROOTS[key]
 
 
-__all__ = ["CATALOG_EXAMPLE", "arrow_schema", "check_table", "checked_catalog",
-           "checked_identifier", "create_table", "load_table", "open_catalog",
-           "parquet_options", "shown_uri", "table_root"]
+__all__ = [
+    "CATALOG_EXAMPLE",
+    "arrow_schema",
+    "check_location",
+    "check_table",
+    "checked_catalog",
+    "checked_identifier",
+    "create_table",
+    "io_properties",
+    "load_table",
+    "open_catalog",
+    "parquet_options",
+    "shown_uri",
+    "table_root",
+]

@@ -9,13 +9,16 @@ listing the table.
 readers only read what the metadata names; Java Iceberg's orphan-file removal skips
 directories whose names start with ``_``.
 
-The claim, the manifest and the link into place are ``core/storage/attempts.py``'s,
-shared with the Delta sink.
+The claim, the manifest and the write into place are ``core/storage/attempts.py``'s
+(``TableFiles``), shared with the Delta sink: on a local path, or on S3 by the store's
+create-if-absent. ``root`` is the table's location as ``table_location`` gives it (a
+local path, or the object store's URI).
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +27,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkeos.core.storage import attempts
-from sparkeos.core.storage.locations import local_path
+from sparkeos.core.storage.attempts import TableFiles
+from sparkeos.core.storage.files import Files
+from sparkeos.core.storage.locations import parse as parse_location
+from sparkeos.core.storage.registry import split_uri
 
 SPARKEOS_DIR = attempts.SPARKEOS_DIR
 
@@ -46,30 +52,84 @@ class DataFile:
         return DataFile(str(data["path"]), int(str(data["size"])), int(str(data["rows"])))
 
 
-attempts_dir = attempts.attempts_dir
-manifest_path = attempts.manifest_path
-claim = attempts.claim
-write_manifest = attempts.write_manifest
-read_manifest = attempts.read_manifest
-manifests = attempts.manifests
-delete_manifest = attempts.delete_manifest
+def table_location(location: str) -> str:
+    """A table's location as the sink keeps it: a local path for a local table (as
+    before: ``file:`` dropped), the URI as it is on an object store."""
+    parsed = parse_location(location)
+    if parsed.is_local:
+        return parsed.path if parsed.scheme == "file" else location
+    return location
 
 
-def write_file(uri: str, table: pa.Table, options: dict[str, Any]) -> int | None:
-    """Write one Parquet file and link it into place (``attempts.link_new``): its size,
-    or None if the name exists (this attempt is a zombie of its ID)."""
-    target = local_path(uri)
-    temporary = attempts.temporary_for(target)
-    pq.write_table(table, temporary, **options)
-    return attempts.link_new(temporary, target)
+@dataclass(frozen=True)
+class TableStore:
+    """Where the sink's tables are, resolved on the driver and pickled with the sink:
+    ``warehouse``, the store of the catalog's warehouse (None for a local one), serves
+    every location in its bucket, so the tasks reach the store the driver resolved
+    whatever their environment (as the Delta and file sinks' stores); a location
+    elsewhere is resolved where it is used."""
+
+    warehouse: Files | None = None
+
+    def _split(self, location: str) -> tuple[Files, str]:
+        parsed = parse_location(location)
+        known = self.warehouse
+        if known is not None and not parsed.is_local \
+                and known.uri("/") == f"{parsed.scheme}://{parsed.authority}/":
+            return known, parsed.normalized_path()
+        return split_uri(location)
+
+    def table_files(self, root: str) -> TableFiles:
+        return TableFiles(*self._split(root))
+
+    def claim(self, root: str, txn_id: str) -> bool:
+        return self.table_files(root).claim(txn_id)
+
+    def write_manifest(self, root: str, txn_id: str, names: Sequence[str]) -> None:
+        self.table_files(root).write_manifest(txn_id, names)
+
+    def read_manifest(self, root: str, txn_id: str) -> list[str] | None:
+        return self.table_files(root).read_manifest(txn_id)
+
+    def manifests(self, root: str) -> set[str]:
+        return self.table_files(root).manifests()
+
+    def delete_manifest(self, root: str, txn_id: str) -> None:
+        self.table_files(root).delete_manifest(txn_id)
+
+    def _beside(self, uri: str) -> tuple[TableFiles, str]:
+        """The file at ``uri`` as (its directory, its name)."""
+        store, path = self._split(uri)
+        split = os.path if store.is_local else posixpath
+        return TableFiles(store, split.dirname(path)), split.basename(path)
+
+    def write_file(self, uri: str, table: pa.Table, options: dict[str, Any]) -> int | None:
+        """Write one Parquet file into place, never over a file there
+        (``TableFiles.write_new``): its size, or None if the name exists (this attempt is
+        a zombie of its ID)."""
+        directory, name = self._beside(uri)
+        return directory.write_new(
+            name, lambda temporary: pq.write_table(table, temporary, **options))
+
+    def exists(self, uri: str) -> bool:
+        directory, name = self._beside(uri)
+        return directory.exists(name)
+
+    def read(self, uri: str) -> bytes:
+        directory, name = self._beside(uri)
+        return directory.read(name)
+
+    def delete_files(self, uris: Sequence[str]) -> None:
+        for uri in uris:
+            directory, name = self._beside(uri)
+            directory.delete([name])
 
 
-def exists(uri: str) -> bool:
-    return os.path.exists(local_path(uri))
-
-
-def delete_files(uris: Sequence[str]) -> None:
-    attempts.delete_written([local_path(uri) for uri in uris])
+def table_store(warehouse: str) -> TableStore:
+    """The warehouse's store, resolved here (the driver)."""
+    if parse_location(warehouse).is_local:
+        return TableStore()
+    return TableStore(split_uri(warehouse)[0])
 
 
 def normalised(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -99,16 +159,9 @@ def _micros(kind: pa.DataType) -> pa.DataType:
 __all__ = [
     "SPARKEOS_DIR",
     "DataFile",
-    "attempts_dir",
-    "claim",
-    "delete_files",
-    "delete_manifest",
-    "exists",
-    "manifest_path",
-    "manifests",
+    "TableStore",
     "normalised",
     "normalised_schema",
-    "read_manifest",
-    "write_file",
-    "write_manifest",
+    "table_location",
+    "table_store",
 ]

@@ -37,7 +37,6 @@ from sparkeos.core.errors import (
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
 from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
-from sparkeos.core.storage.locations import local_path
 from sparkeos.core.upsertkeys import check_key, refuse_repeated_keys
 
 from . import catalog, files, table, upsert
@@ -48,7 +47,7 @@ from .files import DataFile
 class IcebergHandle:
     txn: Transaction
     root: str
-    """The table's location, a local path: where the manifest is."""
+    """The table's location (``files.table_location``): where the manifest is."""
     target: pa.Schema
     """The table's schema in Arrow with its field IDs: what each file is written in."""
     data_location: Any
@@ -86,9 +85,18 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
                                      fix='IcebergSink(..., catalog_name="default")')
         object.__setattr__(self, "key", (self.key,) if isinstance(self.key, str)
                            else tuple(self.key))
+        # Resolved here, on the driver, and pickled with the sink (as the Delta and file
+        # sinks' stores): every process's pyiceberg reaches the same endpoint.
+        self.__dict__["_io"] = catalog.io_properties(self.catalog)
+        self.__dict__["_store"] = files.table_store(self.catalog["warehouse"])
+
+    @property
+    def store(self) -> files.TableStore:
+        store: files.TableStore = self.__dict__["_store"]
+        return store
 
     def _catalog(self) -> Any:
-        return catalog.open_catalog(self.catalog_name, self.catalog)
+        return catalog.open_catalog(self.catalog_name, {**self.catalog, **self.__dict__["_io"]})
 
     def _load(self) -> Any:
         return catalog.load_table(self._catalog(), self.table)
@@ -109,6 +117,7 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         check_key(self.key, schema)
         found = self._load() or catalog.create_table(self._catalog(), self.table, schema)
         catalog.check_table(found, self.table, schema)
+        self.store.table_files(files.table_location(str(found.location()))).check_writes()
 
     # -- phase 1 ---------------------------------------------------------------------------
     def begin(self, txn: Transaction) -> IcebergHandle:
@@ -118,8 +127,8 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
                 f"the Iceberg table {self.table} is gone (the driver made it before the "
                 "batch)", sink=txn.sink, batch_id=txn.batch_id,
                 fix="restart the query: the next batch makes it again")
-        root = local_path(str(found.location()))
-        if not files.claim(root, txn.txn_id):
+        root = files.table_location(str(found.location()))
+        if not self.store.claim(root, txn.txn_id):
             raise _fenced(txn)
         return IcebergHandle(txn, root, catalog.arrow_schema(found), found.location_provider(),
                              catalog.parquet_options(found))
@@ -135,9 +144,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
             name = f"sparkeos-{handle.txn.txn_id}-{len(handle.written):05d}.parquet"
             uri = str(handle.data_location.new_data_location(name))
         # Listed in the manifest first: a rollback finds every file it may leave.
-        files.write_manifest(handle.root, handle.txn.txn_id,
+        self.store.write_manifest(handle.root, handle.txn.txn_id,
                              [f.uri for f in handle.written] + [uri])
-        size = files.write_file(uri, rows, handle.parquet_options)
+        size = self.store.write_file(uri, rows, handle.parquet_options)
         if size is None:  # a file of this attempt ID is in place: a zombie
             raise _fenced(handle.txn)
         handle.written.append(DataFile(uri, size, rows.num_rows))
@@ -174,7 +183,7 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         base (its metadata is not read twice)."""
         if not written:
             return  # an empty batch: nothing to add
-        if not self._require_files(txn, written, exactly_once):
+        if not _require_files(self, txn, written, exactly_once):
             return  # a twin committed the batch meanwhile
         pending = [loaded] if loaded is not None else []
 
@@ -184,11 +193,11 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         uris = [f.uri for f in written]
         if self.key:
             try:
-                rows = upsert.staged_rows(uris)
+                rows = upsert.staged_rows(self.store, uris)
             except FileNotFoundError:
                 # A twin (``sparkeos recover`` beside the driver) merged the batch and
                 # deleted its staged rows after the check above: done, or lost.
-                if self._require_files(txn, written, exactly_once):
+                if _require_files(self, txn, written, exactly_once):
                     raise
                 return
             table.merge_batch(load, rows, self.key, txn.query_key, txn.sink, txn.batch_id,
@@ -196,25 +205,6 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         else:
             table.commit_batch(load, uris, txn.query_key, txn.sink, txn.batch_id,
                                exactly_once=exactly_once)
-
-    def _require_files(self, txn: Transaction, written: Sequence[DataFile],
-                       exactly_once: bool) -> bool:
-        """Whether the batch's files are all there; False when they are gone because a
-        twin committed the batch meanwhile (an upsert's staged rows are deleted once
-        merged); ``DataLossError`` when they are gone and the batch is not committed."""
-        missing = [f.uri for f in written if not files.exists(f.uri)]
-        if not missing:
-            return True
-        found = self._load()
-        if exactly_once and found is not None and table.holds(
-                found, txn.query_key, txn.sink, txn.batch_id):
-            return False
-        raise DataLossError(
-            f"batch {txn.batch_id} is decided but its prepared files are gone from the "
-            f"Iceberg table {self.table}: {missing[:3]}", sink=txn.sink,
-            batch_id=txn.batch_id, fix="restore the files from a backup of the table's "
-            "data directory; something other than sparkeos deleted them (an orphan-file "
-            "removal with a short age limit?)")
 
     def _require_table(self) -> Any:
         found = self._load()
@@ -231,8 +221,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         if root is None:
             return
         if self.key:
-            upsert.delete_staged(root, txn, files.read_manifest(root, txn.txn_id) or [])
-        files.delete_manifest(root, txn.txn_id)
+            upsert.delete_staged(self.store, root, txn,
+                                 self.store.read_manifest(root, txn.txn_id) or [])
+        self.store.delete_manifest(root, txn.txn_id)
 
     def for_guarantee(self, guarantee: Guarantee) -> IcebergSink:
         """Under at-least-once (or none) each task commits its own files, without the
@@ -260,19 +251,19 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
 
     def rollback(self, txn: Transaction) -> None:
         root = self._root()
-        uris = None if root is None else files.read_manifest(root, txn.txn_id)
+        uris = None if root is None else self.store.read_manifest(root, txn.txn_id)
         if root is None or uris is None:
             return
-        staged = upsert.delete_staged(root, txn, uris) if self.key else set()
-        present = [uri for uri in uris if uri not in staged and files.exists(uri)]
+        staged = upsert.delete_staged(self.store, root, txn, uris) if self.key else set()
+        present = [uri for uri in uris if uri not in staged and self.store.exists(uri)]
         found = self._load() if present else None
         keep = table.referenced(found, present) if found is not None else set()
-        files.delete_files([uri for uri in uris if uri not in staged and uri not in keep])
-        files.delete_manifest(root, txn.txn_id)
+        self.store.delete_files([uri for uri in uris if uri not in staged and uri not in keep])
+        self.store.delete_manifest(root, txn.txn_id)
 
     def sweep(self, ranges: Sequence[AttemptRange], keep: frozenset[str]) -> None:
         root = self._root()
-        held = files.manifests(root) if root is not None else set()
+        held = self.store.manifests(root) if root is not None else set()
         if not held:
             return  # one listing: nothing of any attempt is left
         for attempt_range in ranges:
@@ -295,7 +286,8 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
     def probe(self, txn: Transaction) -> TxnState:
         root = self._root()
         return (TxnState.PREPARED if root is not None
-                and files.read_manifest(root, txn.txn_id) is not None else TxnState.UNKNOWN)
+                and self.store.read_manifest(root, txn.txn_id) is not None
+                else TxnState.UNKNOWN)
 
     def identity(self) -> dict[str, Any]:
         return {"catalog": self.catalog_name,
@@ -306,6 +298,26 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         described["catalog"] = {k: (catalog.shown_uri(v) if k == "uri" else v)
                                 for k, v in self.catalog.items()}
         return described
+
+
+def _require_files(sink: IcebergSink, txn: Transaction, written: Sequence[DataFile],
+                   exactly_once: bool) -> bool:
+    """Whether the batch's files are all there; False when they are gone because a twin
+    committed the batch meanwhile (an upsert's staged rows are deleted once merged);
+    ``DataLossError`` when they are gone and the batch is not committed."""
+    missing = [f.uri for f in written if not sink.store.exists(f.uri)]
+    if not missing:
+        return True
+    found = sink._load()
+    if exactly_once and found is not None and table.holds(
+            found, txn.query_key, txn.sink, txn.batch_id):
+        return False
+    raise DataLossError(
+        f"batch {txn.batch_id} is decided but its prepared files are gone from the "
+        f"Iceberg table {sink.table}: {missing[:3]}", sink=txn.sink,
+        batch_id=txn.batch_id, fix="restore the files from a backup of the table's "
+        "data directory; something other than sparkeos deleted them (an orphan-file "
+        "removal with a short age limit?)")
 
 
 def _in_table_types(batch: pa.RecordBatch, target: pa.Schema,

@@ -17,34 +17,36 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkeos.core.protocol import Transaction
-from sparkeos.core.storage import attempts
-from sparkeos.core.storage.locations import local_path
+from sparkeos.core.storage.locations import parse as parse_location
 
-from .files import SPARKEOS_DIR
+from .files import SPARKEOS_DIR, TableStore
 
 
 def staged_prefix(root: str, txn: Transaction) -> str:
-    return os.path.join(root, SPARKEOS_DIR, "staging", txn.txn_id) + os.sep
+    return f"{root.rstrip('/')}/{SPARKEOS_DIR}/staging/{txn.txn_id}/"
 
 
 def staged_uri(root: str, txn: Transaction, number: int) -> str:
     return f"{staged_prefix(root, txn)}part-{number:05d}.parquet"
 
 
-def delete_staged(root: str, txn: Transaction, uris: Sequence[str]) -> set[str]:
+def delete_staged(store: TableStore, root: str, txn: Transaction,
+                  uris: Sequence[str]) -> set[str]:
     """Delete the attempt's staged rows among ``uris`` (no snapshot references them)
     and their directory; the staged ones, returned."""
     prefix = staged_prefix(root, txn)
     staged = {uri for uri in uris if uri.startswith(prefix)}
-    attempts.delete_written([local_path(uri) for uri in staged])
-    with contextlib.suppress(OSError):  # already gone, or not empty (another file)
-        os.rmdir(prefix)
+    store.delete_files(sorted(staged))
+    if parse_location(prefix).is_local:  # an object store has no directories
+        with contextlib.suppress(OSError):  # already gone, or not empty (another file)
+            os.rmdir(prefix)
     return staged
 
 
-def staged_rows(uris: Sequence[str]) -> pa.Table:
+def staged_rows(store: TableStore, uris: Sequence[str]) -> pa.Table:
     """The batch's staged rows (at least one file), in the table's types."""
-    return pa.concat_tables([pq.read_table(local_path(uri)) for uri in uris])
+    return pa.concat_tables([pq.read_table(pa.BufferReader(store.read(uri)))
+                             for uri in uris])
 
 
 __all__ = ["delete_staged", "staged_prefix", "staged_rows", "staged_uri"]

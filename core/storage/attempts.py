@@ -161,6 +161,15 @@ class TableFiles:
         path = self.path(relative) if relative else self.root
         return path if self.is_local else self.files.uri(path)
 
+    def check_writes(self) -> None:
+        """Refuse an object store whose create-if-absent does not hold (the claims and
+        the writes that never replace rest on it), by a probe beside the manifests;
+        nothing for a local path or HDFS."""
+        from .stores.writeonce import ObjectStoreFiles
+
+        if isinstance(self.files, ObjectStoreFiles):
+            self.files.check_conditional_writes(self.path(f"{SPARKEOS_DIR}/probe"))
+
     def claim(self, txn_id: str) -> bool:
         if self.is_local:
             return claim(self.root, txn_id)

@@ -1,19 +1,27 @@
 """IcebergSink runs the conformance suite on an Iceberg table in a SQL catalog on
-SQLite: real Spark, the table read back with pyiceberg."""
+SQLite, the table on a local path and on S3 (the project's local server): real Spark,
+the table read back with pyiceberg."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+import pytest
+
+from integration.fixtures.s3 import CheckpointOnS3
 from sparkeos.connectors.iceberg import IcebergSink
 from sparkeos.testing.conformance import (
+    FORMAT_CASES,
     MERGED_DRIVER_POINTS,
     ConnectorConformance,
+    FormatConformance,
     InProcessConformance,
+    SampledConformance,
     SampledDriverKills,
     SampledFormatConformance,
 )
+from sparkeos.testing.storefaults import StoreWireFaultCases
 
 TABLE = "db.orders"
 
@@ -37,28 +45,37 @@ class TestIcebergSink(SampledDriverKills, ConnectorConformance):
         return {"factory": "integration.connectors.iceberg.plain:plain_iceberg_writer",
                 "kwargs": {"table": TABLE, "catalog": self.catalog(workdir)}}
 
+    def reader(self, workdir: str) -> IcebergSink:
+        """The sink the test reads the table back through."""
+        return self.sink_factory(workdir)
+
     def visible_ids(self, workdir: str) -> list[int]:
-        found = self.sink_factory(workdir)._load()
+        found = self.reader(workdir)._load()
         if found is None:
             return []
         return [int(i) for i in found.scan(selected_fields=("id",)).to_arrow()
                 .column("id").to_pylist()]
 
     def leftovers(self, workdir: str) -> list[str] | None:
-        from sparkeos.connectors.iceberg import table
+        from sparkeos.connectors.iceberg import files, table
 
-        found = self.sink_factory(workdir)._load()
+        reader = self.reader(workdir)
+        found = reader._load()
         if found is None:
             return []
-        root = str(found.location()).removeprefix("file://")
-        attempts = os.path.join(root, "_sparkeos", "attempts")
-        manifests = sorted(os.listdir(attempts)) if os.path.isdir(attempts) else []
-        on_disk = [f"file://{os.path.join(directory, name)}"
-                   for directory, _, names in os.walk(os.path.join(root, "data"))
-                   for name in names if name.endswith(".parquet")]
+        location = str(found.location())
+        where = reader.store.table_files(files.table_location(location))
+        manifests = sorted(where.manifests())
+        # unpartitioned: the data files are in data/ itself
+        on_disk = [f"{location}/data/{name}" for name in where.files.listdir(where.path("data"))
+                   if name.endswith(".parquet")]
         referenced = table.referenced(found, on_disk)
         stray = sorted(uri for uri in on_disk if uri not in referenced)
-        return [f"manifest {m}" for m in manifests] + [f"unreferenced {f}" for f in stray]
+        staging = where.path("_sparkeos/staging")
+        staged = [f"{txn}/{name}" for txn in where.files.listdir(staging)
+                  for name in where.files.listdir(f"{staging}/{txn}")]
+        return ([f"manifest {m}" for m in manifests] + [f"unreferenced {f}" for f in stray]
+                + [f"staged {s}" for s in staged])
 
 
 class TestIcebergFormat(SampledFormatConformance, TestIcebergSink):
@@ -86,3 +103,63 @@ class TestIcebergUpsertConformance(InProcessConformance, TestIcebergSink):
 
     def sink_factory(self, workdir: str) -> IcebergSink:
         return IcebergSink(TABLE, catalog=self.catalog(workdir), key=["id"])
+
+
+class OnS3(CheckpointOnS3):
+    """The catalog's warehouse on S3 (its SQLite database stays local: it is the
+    catalog, not the table), with the query's checkpoint and commit log."""
+
+    def catalog(self, workdir: str) -> dict[str, str]:
+        return {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db",
+                "warehouse": f"{self.s3_dir}/warehouse"}
+
+    def reader(self, workdir: str) -> IcebergSink:
+        # Straight to the store, not through a test's fault proxy.
+        return IcebergSink(TABLE, catalog={**self.catalog(workdir),
+                                           "s3.endpoint": self.s3_endpoint})
+
+
+@pytest.mark.s3
+class TestIcebergSinkS3(StoreWireFaultCases, SampledConformance, OnS3, TestIcebergSink):
+    """The table on S3: the data files and the attempts' manifests by sparkeos'
+    conditional creates, the metadata by pyiceberg's FileIO, with the endpoint sparkeos
+    resolved: the in-process cases, replies lost after the store applied a write
+    (sparkeos' and pyiceberg's requests through the fault proxy), and a Spark job end to
+    end and with a task retried after it prepared."""
+
+
+@pytest.mark.s3
+class TestIcebergUpsertS3(OnS3, TestIcebergUpsertConformance):
+    """Upserts on S3, in process: the staged rows read back from the store for the
+    merge, and deleted once merged: the crash matrix and the commit's races (the rest
+    as TestDeltaUpsertS3 says)."""
+
+    test_soak_many_tiny_batches_stay_bounded = None
+    test_exactly_once_replay_partitioned_otherwise = None
+    test_at_least_once_replay_partitioned_otherwise_loses_nothing = None
+    test_at_least_once_replay_partitioned_as_before_loses_nothing = None
+    test_a_switch_to_exactly_once_over_a_half_written_batch = None
+    test_at_least_once_replay_shuffled_writes_nothing_again = None
+    test_at_least_once_queries_are_told_apart_by_spark_query_id = None
+    test_a_retry_beside_a_dead_prepared_attempt_past_every_retention_horizon = None
+    test_zombie_attempt_never_becomes_visible = None
+    test_concurrent_attempt_starts_after_the_first_prepared = None
+    test_concurrent_copy_wins_and_the_original_goes_on = None
+    test_late_attempt_after_the_batch_was_aborted = None
+    test_begin_claims_its_transaction_id_exclusively = None
+    test_lost_checkpoint_is_refused_not_duplicated = None
+
+
+@pytest.mark.s3
+class TestIcebergFormatS3(FormatConformance, TestIcebergSinkS3):
+    """``format("sparkeos-iceberg")`` with the warehouse and the checkpoint on S3, end
+    to end (the format's kills, retries and replays are TestIcebergFormat's)."""
+
+    def format_spec(self, workdir: str) -> dict[str, Any]:
+        options = {"path": TABLE, **{f"sparkeos.catalog.{k}": v
+                                     for k, v in self.catalog(workdir).items()}}
+        return {"format": "sparkeos-iceberg", "options": options}
+
+
+for _case in FORMAT_CASES - {"test_end_to_end_several_batches"}:
+    setattr(TestIcebergFormatS3, _case, None)

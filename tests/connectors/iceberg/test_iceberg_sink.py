@@ -247,8 +247,10 @@ def test_what_the_sink_cannot_do_is_refused_up_front(tmp_path: Path) -> None:
         IcebergSink("db.orders", catalog={"type": "rest", "uri": "http://localhost:8181"})
     with pytest.raises(ConfigurationError, match="uri"):
         IcebergSink("db.orders", catalog={"type": "sql"})
-    with pytest.raises(ConfigurationError, match="local paths"):
-        IcebergSink("db.orders", catalog={**good, "warehouse": "s3://bucket/wh"})
+    for elsewhere in ("gs://bucket/wh", "abfss://c@account.dfs.core.windows.net/wh",
+                      "hdfs://namenode:8020/wh"):
+        with pytest.raises(ConfigurationError, match="local paths and S3 so far"):
+            IcebergSink("db.orders", catalog={**good, "warehouse": elsewhere})
     with pytest.raises(ConfigurationError, match="namespace"):
         IcebergSink("orders", catalog=good)
     with pytest.raises(ConfigurationError, match="warehouse"):

@@ -293,11 +293,11 @@ def test_an_upsert_whose_twin_merges_between_its_check_and_its_read_is_done(
     real_read = upsert.staged_rows
     twins: list[int] = []
 
-    def twin_first(uris: Any) -> Any:
+    def twin_first(store: Any, uris: Any) -> Any:
         twins.append(1)
         monkeypatch.setattr(upsert, "staged_rows", real_read)
         make_sink(tmp_path).recover_commit(txn, dict(receipt))  # type: ignore[arg-type]
-        return real_read(uris)
+        return real_read(store, uris)
 
     monkeypatch.setattr(upsert, "staged_rows", twin_first)
     sink.commit(txn, receipt)
