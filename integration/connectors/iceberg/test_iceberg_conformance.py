@@ -14,6 +14,7 @@ from sparkeos.connectors.iceberg import IcebergSink
 from sparkeos.testing.conformance import (
     FORMAT_CASES,
     MERGED_DRIVER_POINTS,
+    CommitCasesOnly,
     ConnectorConformance,
     FormatConformance,
     InProcessConformance,
@@ -129,25 +130,10 @@ class TestIcebergSinkS3(StoreWireFaultCases, SampledConformance, OnS3, TestIcebe
 
 
 @pytest.mark.s3
-class TestIcebergUpsertS3(OnS3, TestIcebergUpsertConformance):
+class TestIcebergUpsertS3(CommitCasesOnly, OnS3, TestIcebergUpsertConformance):
     """Upserts on S3, in process: the staged rows read back from the store for the
     merge, and deleted once merged: the crash matrix and the commit's races (the rest
     as TestDeltaUpsertS3 says)."""
-
-    test_soak_many_tiny_batches_stay_bounded = None
-    test_exactly_once_replay_partitioned_otherwise = None
-    test_at_least_once_replay_partitioned_otherwise_loses_nothing = None
-    test_at_least_once_replay_partitioned_as_before_loses_nothing = None
-    test_a_switch_to_exactly_once_over_a_half_written_batch = None
-    test_at_least_once_replay_shuffled_writes_nothing_again = None
-    test_at_least_once_queries_are_told_apart_by_spark_query_id = None
-    test_a_retry_beside_a_dead_prepared_attempt_past_every_retention_horizon = None
-    test_zombie_attempt_never_becomes_visible = None
-    test_concurrent_attempt_starts_after_the_first_prepared = None
-    test_concurrent_copy_wins_and_the_original_goes_on = None
-    test_late_attempt_after_the_batch_was_aborted = None
-    test_begin_claims_its_transaction_id_exclusively = None
-    test_lost_checkpoint_is_refused_not_duplicated = None
 
 
 @pytest.mark.s3

@@ -91,6 +91,7 @@ from .support import (
 )
 from .variants import (
     AT_LEAST_ONCE_CASES,
+    COMMIT_CASES,
     CONNECT_CASES,
     FORMAT_CASES,
     FORMAT_SAMPLED_POINTS,
@@ -100,6 +101,7 @@ from .variants import (
     SPARK_CASES,
     AtLeastOnceConformance,
     ClusterConformance,
+    CommitCasesOnly,
     ConnectConformance,
     FormatConformance,
     InProcessConformance,
@@ -112,11 +114,11 @@ from .variants import (
     speculation_won_by,
 )
 
-__all__ = ["AFTER_ALL_COMMITS", "AT_LEAST_ONCE_CASES", "BEFORE_DECISION", "CONNECT_CASES",
-           "CRASH_BATCH", "FORMAT_CASES", "FORMAT_SAMPLED_POINTS", "MERGED_DRIVER_POINTS",
+__all__ = ["AFTER_ALL_COMMITS", "AT_LEAST_ONCE_CASES", "BEFORE_DECISION", "COMMIT_CASES",
+           "CONNECT_CASES", "CRASH_BATCH", "FORMAT_CASES", "FORMAT_SAMPLED_POINTS", "MERGED_DRIVER_POINTS",
            "OVERLAP_POINTS", "REPLAY_CASES",
            "REPLAY_RULE", "SAMPLED_DRIVER_POINTS", "SPARK_CASES", "SPECULATION_CONF",
-           "AtLeastOnceConformance", "ClusterConformance", "ConnectConformance",
+           "AtLeastOnceConformance", "ClusterConformance", "CommitCasesOnly", "ConnectConformance",
            "ConnectorConformance", "FormatConformance", "InProcessConformance", "RaceCases",
            "ReplayCases", "SampledConformance", "SampledDriverKills", "SampledFormatConformance",
            "SampledSparkAttempts", "TaskCommitClusterConformance", "assert_exactly_once",
