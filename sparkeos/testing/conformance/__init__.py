@@ -115,7 +115,8 @@ from .variants import (
 )
 
 __all__ = ["AFTER_ALL_COMMITS", "AT_LEAST_ONCE_CASES", "BEFORE_DECISION", "COMMIT_CASES",
-           "CONNECT_CASES", "CRASH_BATCH", "FORMAT_CASES", "FORMAT_SAMPLED_POINTS", "MERGED_DRIVER_POINTS",
+           "CONNECT_CASES", "CRASH_BATCH", "FORMAT_CASES", "FORMAT_SAMPLED_POINTS",
+           "MERGED_DRIVER_POINTS",
            "OVERLAP_POINTS", "REPLAY_CASES",
            "REPLAY_RULE", "SAMPLED_DRIVER_POINTS", "SPARK_CASES", "SPECULATION_CONF",
            "AtLeastOnceConformance", "ClusterConformance", "CommitCasesOnly", "ConnectConformance",
