@@ -13,6 +13,7 @@ written before the query's first commit.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import threading
 import time
@@ -153,14 +154,28 @@ def other_queries(where: TableFiles, query_key: str, sink: str) -> list[str]:
     """Query keys other than ``query_key`` that committed ``sink`` here: the records
     beside the log, and the commits' own metadata (a copy of the table that lost the
     records still has its log)."""
-    found = set(where.files.listdir(_queries_dir(where, sink)))
-
-    def committed(table: Any) -> set[str]:
-        return {str(c.get("sparkeos.query")) for c in table.history()
-                if c.get("sparkeos.sink") == sink and c.get("sparkeos.query")}
-
-    found |= _read(where, committed, set())
+    found = set(where.files.listdir(_queries_dir(where, sink))) | _committed_by(where, sink)
     return sorted(found - {query_key})
+
+
+def _committed_by(where: TableFiles, sink: str) -> set[str]:
+    """The query keys in the ``commitInfo`` of the log's commits of ``sink``, read
+    through the store (not ``DeltaTable.history``, which holds the GIL while it waits on
+    the store: every other thread of the driver stalls meanwhile)."""
+    log = "_delta_log"
+    found: set[str] = set()
+    for name in where.files.listdir(where.path(log)):
+        if not (name.endswith(".json") and name[:-5].isdigit()):
+            continue
+        try:
+            data = where.read(f"{log}/{name}")
+        except FileNotFoundError:
+            continue  # cleaned up by a checkpoint meanwhile
+        for line in data.decode().splitlines():
+            info = json.loads(line).get("commitInfo") if line.strip() else None
+            if info and info.get("sparkeos.sink") == sink and info.get("sparkeos.query"):
+                found.add(str(info["sparkeos.query"]))
+    return found
 
 
 def commit_batch(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str],

@@ -97,6 +97,20 @@ def test_at_least_once_commits_each_participant_and_other_queries_are_found(
     assert "q1" in (sink.output_of_other_queries("q2", "orders") or "")
 
 
+def test_other_queries_are_found_in_the_log_when_the_records_beside_it_are_gone(
+        tmp_path: Path) -> None:
+    """A copy of the table without ``_sparkeos/`` (the records of which queries wrote
+    it): the commits' own ``commitInfo`` still names the query, read from the log."""
+    import shutil
+
+    sink = DeltaSink(str(tmp_path / "t"))
+    sink.commit_merged([prepared(sink, 0, 0, batch([1], [None]))],  # type: ignore[list-item]
+                       recovering=False)
+    shutil.rmtree(tmp_path / "t" / "_sparkeos")
+    assert "q1" in (sink.output_of_other_queries("q2", "orders") or "")
+    assert sink.output_of_other_queries("q2", "another-sink") is None
+
+
 def test_what_the_sink_cannot_do_is_refused_up_front(tmp_path: Path) -> None:
     for elsewhere in ("gs://bucket/orders", "abfss://c@account.dfs.core.windows.net/o",
                       "hdfs://namenode:8020/orders"):
