@@ -71,22 +71,57 @@ def check_location(location: str, what: str) -> None:
             "Google Cloud Storage, Azure and HDFS come next (issue 51)")
 
 
-def io_properties(properties: Mapping[str, str]) -> dict[str, str]:
-    """pyiceberg's FileIO settings for a warehouse on S3: the endpoint and region sparkeos
-    resolves for the bucket (``core.storage.stores.s3``: the settings Spark's S3A reads),
-    unless the catalog's properties give them; nothing for a local warehouse."""
+def warehouse_store(properties: Mapping[str, str]) -> Any:
+    """The ``S3Files`` of a warehouse on S3 (None for a local one): the endpoint and
+    region sparkeos resolves for the bucket (``core.storage.stores.s3``: the settings
+    Spark's S3A reads), where the catalog's own ``s3.endpoint`` / ``s3.region`` (what
+    pyiceberg is told) do not say otherwise: sparkeos' files and pyiceberg's metadata
+    always go to one store."""
+    import dataclasses
+
     warehouse = properties.get("warehouse", "")
     if parse_location(warehouse).scheme not in S3_SCHEMES:
-        return {}
+        return None
     from sparkeos.core.storage.registry import split_uri
     from sparkeos.core.storage.stores.s3 import S3Files
 
     store, _ = split_uri(warehouse)
     assert isinstance(store, S3Files)
-    found = {"s3.region": store.region}
-    if store.endpoint:
+    endpoint = properties.get("s3.endpoint")
+    region = properties.get("s3.region") or properties.get("client.region")
+    if endpoint:
+        store = dataclasses.replace(store, endpoint=endpoint.rstrip("/"),
+                                    endpoint_from="the catalog's s3.endpoint")
+    if region:
+        store = dataclasses.replace(store, region=region)
+    return store
+
+
+def io_properties(properties: Mapping[str, str], store: Any) -> dict[str, str]:
+    """What pyiceberg's FileIO is told beyond the catalog's properties: the warehouse
+    store's endpoint, and its region where one was set (a custom endpoint, or
+    ``AWS_REGION``); otherwise pyiceberg finds the bucket's region itself."""
+    if store is None:
+        return {}
+    found = {}
+    if store.endpoint and "s3.endpoint" not in properties:
         found["s3.endpoint"] = store.endpoint
-    return {k: v for k, v in found.items() if k not in properties}
+    region_set = store.endpoint or os.environ.get("AWS_REGION") \
+        or os.environ.get("AWS_DEFAULT_REGION")
+    if region_set and not {"s3.region", "client.region"} & set(properties):
+        found["s3.region"] = store.region
+    return found
+
+
+SECRET_MARKERS = ("secret", "password", "token", "access-key", "credential")
+"""Catalog properties whose values are masked wherever they are recorded or shown."""
+
+
+def shown_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """The catalog's properties as recorded and printed: secrets masked."""
+    return {k: (shown_uri(v) if k == "uri"
+                else "***" if any(m in k.lower() for m in SECRET_MARKERS) else v)
+            for k, v in properties.items()}
 
 
 def sqlite_path(uri: str) -> str:

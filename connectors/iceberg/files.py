@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from sparkeos.core.storage import attempts
 from sparkeos.core.storage.attempts import TableFiles
-from sparkeos.core.storage.files import Files
+from sparkeos.core.storage.files import S3_SCHEMES, Files
 from sparkeos.core.storage.locations import parse as parse_location
 from sparkeos.core.storage.registry import split_uri
 
@@ -74,8 +74,9 @@ class TableStore:
     def _split(self, location: str) -> tuple[Files, str]:
         parsed = parse_location(location)
         known = self.warehouse
-        if known is not None and not parsed.is_local \
-                and known.uri("/") == f"{parsed.scheme}://{parsed.authority}/":
+        # s3://, s3a:// and s3n:// name one bucket alike (Spark writes s3://, S3A s3a://)
+        if known is not None and parsed.scheme in S3_SCHEMES \
+                and parsed.authority == getattr(known, "bucket", None):
             return known, parsed.normalized_path()
         return split_uri(location)
 
@@ -125,11 +126,6 @@ class TableStore:
             directory.delete([name])
 
 
-def table_store(warehouse: str) -> TableStore:
-    """The warehouse's store, resolved here (the driver)."""
-    if parse_location(warehouse).is_local:
-        return TableStore()
-    return TableStore(split_uri(warehouse)[0])
 
 
 def normalised(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -163,5 +159,4 @@ __all__ = [
     "normalised",
     "normalised_schema",
     "table_location",
-    "table_store",
 ]

@@ -1,5 +1,5 @@
 """Exactly-once appends to an Apache Iceberg table (issue 51; second part: the
-foreachBatch and format routes, pyiceberg's SQL catalog, local paths), written with
+foreachBatch and format routes, pyiceberg's SQL catalog, local paths and S3), written with
 pyiceberg, no JVM.
 
 - **validate** (driver, before each batch): the table is made from the batch's schema
@@ -63,7 +63,7 @@ class IcebergHandle:
 class IcebergSink(TransactionalSink[IcebergHandle]):
     """Append a stream's rows to the Iceberg table ``table`` (``namespace.name``) of the
     catalog with the pyiceberg properties ``catalog`` (a SQL catalog, tables on local
-    paths, so far), each batch once. ``catalog_name``: the catalog's name, which a SQL
+    paths or S3), each batch once. ``catalog_name``: the catalog's name, which a SQL
     catalog records with each table (Spark's Iceberg catalog of the same name and
     database sees the same tables)."""
 
@@ -87,8 +87,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
                            else tuple(self.key))
         # Resolved here, on the driver, and pickled with the sink (as the Delta and file
         # sinks' stores): every process's pyiceberg reaches the same endpoint.
-        self.__dict__["_io"] = catalog.io_properties(self.catalog)
-        self.__dict__["_store"] = files.table_store(self.catalog["warehouse"])
+        store = catalog.warehouse_store(self.catalog)
+        self.__dict__["_io"] = catalog.io_properties(self.catalog, store)
+        self.__dict__["_store"] = files.TableStore(store)
 
     @property
     def store(self) -> files.TableStore:
@@ -295,8 +296,7 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()
-        described["catalog"] = {k: (catalog.shown_uri(v) if k == "uri" else v)
-                                for k, v in self.catalog.items()}
+        described["catalog"] = catalog.shown_properties(self.catalog)
         return described
 
 

@@ -351,3 +351,27 @@ def test_a_pyiceberg_without_the_retry_hook_is_refused(tmp_path: Path,
     monkeypatch.delattr(IcebergTransaction, "_rebuild_snapshot_updates")
     with pytest.raises(ConfigurationError, match=r"pyiceberg 0\.12\.0"):
         IcebergSink("db.orders", catalog=catalog(tmp_path)).validate(SCHEMA)
+
+
+def test_the_warehouse_store_is_the_catalogs_and_secrets_are_masked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalog's own ``s3.endpoint`` is where sparkeos' files go too (one store for
+    pyiceberg's metadata and the attempts' files); a table spelled ``s3://`` in an
+    ``s3a://`` warehouse is served by the warehouse's store; secrets are not recorded."""
+    from sparkeos.connectors.iceberg import catalog as catalog_module
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    properties = {**catalog(tmp_path), "warehouse": "s3a://lake/wh",
+                  "s3.endpoint": "http://store:9000/", "s3.secret-access-key": "hush"}
+    sink = IcebergSink("db.orders", catalog=properties)
+    assert sink.store.warehouse is not None and sink.store.warehouse.endpoint == "http://store:9000"
+    split = sink.store.table_files("s3://lake/wh/db/orders")
+    assert split.files is sink.store.warehouse and split.root == "/wh/db/orders"
+    assert sink.store.table_files("s3://elsewhere/t").files is not sink.store.warehouse
+    assert "hush" not in str(sink.describe())
+    # no region set anywhere and no endpoint: pyiceberg finds the bucket's region itself
+    bare = {**catalog(tmp_path), "warehouse": "s3a://lake/wh"}
+    assert catalog_module.io_properties(bare, catalog_module.warehouse_store(bare)) == {}
