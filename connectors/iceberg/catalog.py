@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
+from sparkeos.core.errors import ConfigurationError, RetriableError, SchemaMismatchError
 from sparkeos.core.storage.files import S3_SCHEMES
 from sparkeos.core.storage.locations import parse as parse_location
 from sparkeos.core.storage.logstores import is_local_uri
@@ -205,10 +205,20 @@ def create_table(catalog: Any, identifier: str, schema: pa.Schema) -> Any:
         return catalog.create_table(identifier, schema=normalised_schema(schema))
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
-    except Exception as exc:  # pyiceberg's own type errors name the column
-        raise ConfigurationError(f"cannot create the Iceberg table {identifier}: {exc}",
-                                 fix="cast the column to a type Iceberg has, or create "
-                                 "the table first") from None
+    except OSError as exc:  # the warehouse's store, unreachable or refusing
+        raise RetriableError(
+            f"cannot create the Iceberg table {identifier}: writing its metadata failed: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+            fix="check the warehouse's store: its endpoint (the catalog's s3.endpoint, "
+            "AWS_ENDPOINT_URL_S3 or spark.hadoop.fs.s3a.endpoint), region and "
+            "credentials; retried with the batch") from None
+    except Exception as exc:
+        unsupported = type(exc).__name__ == "UnsupportedPyArrowTypeException"
+        raise ConfigurationError(
+            f"cannot create the Iceberg table {identifier}: {exc}",
+            fix="cast the column to a type Iceberg has, or create the table first"
+            if unsupported else "check the catalog's properties and the warehouse's "
+            "location, or create the table first") from None
 
 
 def check_table(table: Any, identifier: str, schema: pa.Schema) -> None:

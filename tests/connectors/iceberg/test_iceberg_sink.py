@@ -375,3 +375,27 @@ def test_the_warehouse_store_is_the_catalogs_and_secrets_are_masked(
     # no region set anywhere and no endpoint: pyiceberg finds the bucket's region itself
     bare = {**catalog(tmp_path), "warehouse": "s3a://lake/wh"}
     assert catalog_module.io_properties(bare, catalog_module.warehouse_store(bare)) == {}
+
+
+def test_a_warehouse_store_that_cannot_be_reached_is_said_as_such(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not "cast the column": the table's metadata could not be written, and the fix
+    names the endpoint settings. A type Iceberg lacks still says to cast it."""
+    import socket
+
+    from sparkeos.core.errors import RetriableError
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    unreachable = {**catalog(tmp_path), "warehouse": "s3a://lake/wh",
+                   "s3.endpoint": f"http://127.0.0.1:{port}", "s3.region": "us-east-1",
+                   "s3.connect-timeout": "1"}
+    with pytest.raises(RetriableError, match="writing its metadata failed") as caught:
+        IcebergSink("db.orders", catalog=unreachable).validate(SCHEMA)
+    assert "s3.endpoint" in (caught.value.fix or "")
+    with pytest.raises(ConfigurationError, match="cast the column"):
+        IcebergSink("db.spans", catalog=catalog(tmp_path)).validate(
+            pa.schema([("d", pa.duration("s"))]))
