@@ -174,7 +174,7 @@ class TableFiles:
         if self.is_local:
             return claim(self.root, txn_id)
         try:
-            self.files.create_new(self._manifest(txn_id), _manifest_body([]))
+            self.files.create_new(manifest_path(self.root, txn_id), _manifest_body([]))
         except FileExistsError:
             return False
         return True
@@ -183,13 +183,13 @@ class TableFiles:
         if self.is_local:
             write_manifest(self.root, txn_id, names)
         else:
-            self.files.overwrite(self._manifest(txn_id), _manifest_body(names))
+            self.files.overwrite(manifest_path(self.root, txn_id), _manifest_body(names))
 
     def read_manifest(self, txn_id: str) -> list[str] | None:
         if self.is_local:
             return read_manifest(self.root, txn_id)
         try:
-            data = self.files.read(self._manifest(txn_id))
+            data = self.files.read(manifest_path(self.root, txn_id))
         except FileNotFoundError:
             return None
         return [str(p) for p in json.loads(data)["files"]]
@@ -197,14 +197,14 @@ class TableFiles:
     def manifests(self) -> set[str]:
         if self.is_local:
             return manifests(self.root)
-        names = self.files.listdir(posixpath.join(self.root, SPARKEOS_DIR, "attempts"))
+        names = self.files.listdir(attempts_dir(self.root))
         return {name[: -len(".json")] for name in names if name.endswith(".json")}
 
     def delete_manifest(self, txn_id: str) -> None:
         if self.is_local:
             delete_manifest(self.root, txn_id)
         else:
-            self.files.delete(self._manifest(txn_id))
+            self.files.delete(manifest_path(self.root, txn_id))
 
     def write_new(self, relative: str, write: Callable[[str], None]) -> int | None:
         """``write(local file)``, then put it at ``relative``, never over a file there:
@@ -237,8 +237,6 @@ class TableFiles:
             for relative in relatives:
                 self.files.delete(self.path(relative))
 
-    def _manifest(self, txn_id: str) -> str:
-        return posixpath.join(self.root, SPARKEOS_DIR, "attempts", f"{txn_id}.json")
 
 
 def _manifest_body(names: Sequence[str]) -> bytes:
