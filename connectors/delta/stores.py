@@ -15,7 +15,25 @@ same store at the same endpoint.
   before anything is written. delta-rs is given the endpoint and region the ``S3Files``
   resolved (the same settings Spark's S3A reads), and the credentials boto3's chain
   finds in the process that calls it (keys, a profile, a role), never kept in the sink.
-- **Google Cloud Storage, Azure and HDFS** are refused up front, with the fix.
+- **Azure Blob Storage** (``abfs[s]://container@account.dfs.core.windows.net/...``,
+  ``wasb[s]://``; Azurite here): the data files by sparkeos' ``If-None-Match: *``
+  creates (``core.storage.stores.azure``); delta-rs commits the log by its own
+  ``If-None-Match: *`` create, measured on deltalake 1.6 against Azurite as on S3 (the
+  second commit of one version fails with ``CommitFailedError``). delta-rs is given the
+  table as ``az://container/path`` (it knows no ``wasb``), the Blob endpoint sparkeos
+  resolved (the connection string's ``BlobEndpoint``, else the account's), and the
+  account key or SAS token of the process that calls it; without either, delta-rs'
+  own chain (``AZURE_CLIENT_ID``..., a managed identity).
+- **HDFS** (``hdfs://namenode:<rpc port>/...``): the data files by sparkeos through
+  WebHDFS (``CREATE`` without overwrite, ``RENAME`` that never replaces,
+  ``core.storage.stores.webhdfs``); delta-rs commits the log over HDFS's own RPC
+  (hdfs-native, in the deltalake wheel), where a commit's create never replaces a file:
+  measured on deltalake 1.6 against the project's HDFS 3.5, the second commit of one
+  version fails with ``CommitFailedError``. delta-rs is given the ``hdfs://`` URI as it
+  is (``webhdfs://`` names the HTTP port, not the RPC port delta-rs needs: refused with
+  the fix) and authenticates as Hadoop's client does in each process
+  (``HADOOP_USER_NAME``, else the OS user; Kerberos by its ticket cache).
+- **Google Cloud Storage** is refused up front, with the fix.
 """
 
 from __future__ import annotations
@@ -26,30 +44,57 @@ from sparkeos.core.errors import ConfigurationError
 from sparkeos.core.storage.attempts import TableFiles
 from sparkeos.core.storage.locations import local_path
 from sparkeos.core.storage.registry import split_uri
+from sparkeos.core.storage.stores.azure import AzureBlobFiles, shared_secret
 from sparkeos.core.storage.stores.s3 import S3Files
+from sparkeos.core.storage.stores.webhdfs import WebHdfsFiles
 
 
 def table_files(path: str) -> TableFiles:
-    """The table's directory at ``path`` (a local path, ``file:`` or S3 URI)."""
+    """The table's directory at ``path`` (a local path, ``file:``, S3 or Azure URI)."""
     files, root = split_uri(path)
     if files.is_local:  # as the sink always read a local path (``~`` is a name here)
         return TableFiles(files, os.path.abspath(local_path(path)))
-    if not isinstance(files, S3Files):
+    if isinstance(files, WebHdfsFiles) and files.scheme != "hdfs":
         raise ConfigurationError(
-            f"DeltaSink writes tables on local paths and S3 so far, not {path}",
-            fix="write the table to a local or mounted path or to s3a://bucket/...; "
-            "Google Cloud Storage, Azure and HDFS come next (issue 51)")
+            f"DeltaSink reaches HDFS through hdfs:// URIs, not {path} (delta-rs commits "
+            "the log over the NameNode's RPC port, which a webhdfs:// URI does not name)",
+            fix="write hdfs://namenode:<rpc port>/path, and SPARKEOS_WEBHDFS_PORT=<http "
+            "port> where it is not 9870")
+    if not isinstance(files, (S3Files, AzureBlobFiles, WebHdfsFiles)):
+        raise ConfigurationError(
+            f"DeltaSink writes tables on local paths, S3, Azure Blob Storage and HDFS so "
+            f"far, not {path}",
+            fix="write the table to a local or mounted path, to s3a://bucket/..., "
+            "abfss://container@account.dfs.core.windows.net/... or hdfs://namenode:port/..."
+            "; Google Cloud Storage comes next (issue 51)")
     return TableFiles(files, root)
+
+
+def table_uri(where: TableFiles) -> str:
+    """The table's location as delta-rs is given it: ``where.uri()``, but Azure's as
+    ``az://container/path`` (delta-rs reads no ``wasb``; the account travels in the
+    options)."""
+    files = where.files
+    if isinstance(files, AzureBlobFiles):
+        return f"az://{files.container}{where.root}"
+    return where.uri()
 
 
 def storage_options(where: TableFiles) -> dict[str, str] | None:
     """delta-rs' ``storage_options`` for the table, without credentials (None: a local
-    path). The endpoint is given under both names delta-rs reads: it takes
-    ``AWS_ENDPOINT_URL_S3`` from the environment over ``AWS_ENDPOINT_URL`` from the
-    options (measured on deltalake 1.6), so an executor's environment could otherwise
-    send the log elsewhere than the data files. Without an endpoint setting, Amazon S3's
+    path or HDFS, which delta-rs reaches by the URI alone). On S3 the endpoint is given
+    under both names delta-rs reads: it takes ``AWS_ENDPOINT_URL_S3`` from the
+    environment over ``AWS_ENDPOINT_URL`` from the options (measured on deltalake 1.6),
+    so an executor's environment could otherwise send the log elsewhere than the data
+    files. Without an endpoint setting, Amazon S3's
     own for the region (not whatever ``AWS_ENDPOINT`` the environment holds)."""
     files = where.files
+    if isinstance(files, AzureBlobFiles):
+        options = {"azure_storage_account_name": files.account,
+                   "azure_storage_endpoint": files.endpoint}
+        if files.endpoint.startswith("http://"):
+            options["azure_allow_http"] = "true"
+        return options
     if not isinstance(files, S3Files):
         return None
     endpoint = files.endpoint or f"https://s3.{files.region}.amazonaws.com"
@@ -60,12 +105,22 @@ def storage_options(where: TableFiles) -> dict[str, str] | None:
     return options
 
 
-def with_credentials(options: dict[str, str] | None) -> dict[str, str] | None:
-    """``options`` with the credentials boto3's chain finds in this process (keys, a
-    profile, a role), as sparkeos' own S3 client uses them: delta-rs reads the keys from
-    the environment but not a profile. Resolved per call, never kept in the sink."""
+def with_credentials(where: TableFiles, options: dict[str, str] | None
+                     ) -> dict[str, str] | None:
+    """``options`` with the credentials this process finds as sparkeos' own client does:
+    on S3 boto3's chain (keys, a profile, a role; delta-rs reads the keys from the
+    environment but not a profile), on Azure the account key or SAS token of
+    ``AZURE_STORAGE_CONNECTION_STRING`` / ``AZURE_STORAGE_KEY`` / ``AZURE_STORAGE_SAS_TOKEN``
+    (delta-rs reads none of them). Resolved per call, never kept in the sink."""
     if options is None:
         return None
+    if isinstance(where.files, AzureBlobFiles):
+        secret = shared_secret(where.files.account)
+        if secret is None:
+            return options
+        kind, value = secret
+        return {**options, ("azure_storage_account_key" if kind == "key"
+                            else "azure_storage_sas_token"): value.lstrip("?")}
     import boto3
 
     found = boto3.session.Session().get_credentials()
@@ -79,4 +134,4 @@ def with_credentials(options: dict[str, str] | None) -> dict[str, str] | None:
     return {**options, **extra}
 
 
-__all__ = ["storage_options", "table_files", "with_credentials"]
+__all__ = ["storage_options", "table_files", "table_uri", "with_credentials"]

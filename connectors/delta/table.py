@@ -27,7 +27,7 @@ from sparkeos.core.errors import ConfigurationError, RetriableError
 from sparkeos.core.storage.attempts import TableFiles
 
 from .files import SPARKEOS_DIR, DataFile
-from .stores import storage_options, with_credentials
+from .stores import storage_options, table_uri, with_credentials
 
 T = TypeVar("T")
 COMMIT_ATTEMPTS = 20
@@ -51,7 +51,7 @@ def _table(where: TableFiles) -> Any:
 
     tables: dict[tuple[str, str], Any] = getattr(_OPEN, "tables", None) or {}
     _OPEN.tables = tables
-    location, options = where.uri(), storage_options(where)
+    location, options = table_uri(where), storage_options(where)
     cache_key = (location, repr(sorted((options or {}).items())))
     cached = tables.get(cache_key)
     if cached is not None:
@@ -63,8 +63,8 @@ def _table(where: TableFiles) -> Any:
     try:
         # Not ``DeltaTable.is_deltatable``: it holds the GIL while it waits on the store
         # (deltalake 1.6), which stalls every other thread of the process meanwhile.
-        table = tables[cache_key] = DeltaTable(location,
-                                               storage_options=with_credentials(options))
+        table = tables[cache_key] = DeltaTable(
+            location, storage_options=with_credentials(where, options))
     except TableNotFoundError:
         return None
     return table
@@ -72,7 +72,7 @@ def _table(where: TableFiles) -> Any:
 
 def _forget(where: TableFiles) -> None:
     tables: dict[tuple[str, str], Any] = getattr(_OPEN, "tables", {})
-    for cache_key in [k for k in tables if k[0] == where.uri()]:
+    for cache_key in [k for k in tables if k[0] == table_uri(where)]:
         tables.pop(cache_key, None)
 
 
@@ -102,12 +102,12 @@ def _reached(where: TableFiles, call: Callable[[], T]) -> T:
     try:
         return call()
     except OSError as exc:
+        endpoint_fix = getattr(where.files, "endpoint_fix", None)
         raise RetriableError(
             f"delta-rs cannot read the Delta table at {where.uri()} "
-            f"({where.files.uri(where.root)}): {str(exc).splitlines()[0]}",
-            fix="check the store's endpoint (AWS_ENDPOINT_URL_S3 or "
-            "spark.hadoop.fs.s3a.endpoint), its region and the credentials of every "
-            "process; retried with the batch") from None
+            f"({table_uri(where)}): {str(exc).splitlines()[0]}",
+            fix=(endpoint_fix() if endpoint_fix else "check the table's location")
+            + "; and the credentials of every process; retried with the batch") from None
 
 
 def committed_version(where: TableFiles, query_key: str, sink: str) -> int | None:
@@ -255,11 +255,11 @@ def _once(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str], que
 def _create(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str]) -> None:
     from deltalake import DeltaTable
 
-    location, options = where.uri(), storage_options(where)
+    location, options = table_uri(where), storage_options(where)
     try:
         DeltaTable.create(location, schema, mode="error",
                           partition_by=list(partition_by) or None,
-                          storage_options=with_credentials(options))
+                          storage_options=with_credentials(where, options))
     except Exception as exc:
         if _table(where) is not None:
             return  # another committer created it first

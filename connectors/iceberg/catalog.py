@@ -18,11 +18,10 @@ from typing import Any
 import pyarrow as pa
 
 from sparkeos.core.errors import ConfigurationError, RetriableError, SchemaMismatchError
-from sparkeos.core.storage.files import S3_SCHEMES
-from sparkeos.core.storage.locations import parse as parse_location
 from sparkeos.core.storage.logstores import is_local_uri
 
 from .files import normalised_schema, table_location
+from .stores import check_location
 
 CATALOG_EXAMPLE = ('catalog={"type": "sql", "uri": "sqlite:////data/iceberg/catalog.db", '
                    '"warehouse": "file:///data/iceberg/warehouse"}')
@@ -62,58 +61,8 @@ def checked_catalog(catalog: Mapping[str, Any]) -> dict[str, str]:
     return properties
 
 
-def check_location(location: str, what: str) -> None:
-    """Refuse a warehouse or table location on a store the sink does not write yet."""
-    if not is_local_uri(location) and parse_location(location).scheme not in S3_SCHEMES:
-        raise ConfigurationError(
-            f"IcebergSink writes tables on local paths and S3 so far, not {what}={location}",
-            fix="a local or mounted warehouse (file:///...) or one on S3 (s3a://bucket/...); "
-            "Google Cloud Storage, Azure and HDFS come next (issue 51)")
-
-
-def warehouse_store(properties: Mapping[str, str]) -> Any:
-    """The ``S3Files`` of a warehouse on S3 (None for a local one): the endpoint and
-    region sparkeos resolves for the bucket (``core.storage.stores.s3``: the settings
-    Spark's S3A reads), where the catalog's own ``s3.endpoint`` / ``s3.region`` (what
-    pyiceberg is told) do not say otherwise: sparkeos' files and pyiceberg's metadata
-    always go to one store."""
-    import dataclasses
-
-    warehouse = properties.get("warehouse", "")
-    if parse_location(warehouse).scheme not in S3_SCHEMES:
-        return None
-    from sparkeos.core.storage.registry import split_uri
-    from sparkeos.core.storage.stores.s3 import S3Files
-
-    store, _ = split_uri(warehouse)
-    assert isinstance(store, S3Files)
-    endpoint = properties.get("s3.endpoint")
-    region = properties.get("s3.region") or properties.get("client.region")
-    if endpoint:
-        store = dataclasses.replace(store, endpoint=endpoint.rstrip("/"),
-                                    endpoint_from="the catalog's s3.endpoint")
-    if region:
-        store = dataclasses.replace(store, region=region)
-    return store
-
-
-def io_properties(properties: Mapping[str, str], store: Any) -> dict[str, str]:
-    """What pyiceberg's FileIO is told beyond the catalog's properties: the warehouse
-    store's endpoint, and its region where one was set (a custom endpoint, or
-    ``AWS_REGION``); otherwise pyiceberg finds the bucket's region itself."""
-    if store is None:
-        return {}
-    found = {}
-    if store.endpoint and "s3.endpoint" not in properties:
-        found["s3.endpoint"] = store.endpoint
-    region_set = store.endpoint or os.environ.get("AWS_REGION") \
-        or os.environ.get("AWS_DEFAULT_REGION")
-    if region_set and not {"s3.region", "client.region"} & set(properties):
-        found["s3.region"] = store.region
-    return found
-
-
-SECRET_MARKERS = ("secret", "password", "token", "access-key", "credential")
+SECRET_MARKERS = ("secret", "password", "token", "access-key", "account-key", "credential",
+                  "connection-string")
 """Catalog properties whose values are masked wherever they are recorded or shown."""
 
 
@@ -209,9 +158,10 @@ def create_table(catalog: Any, identifier: str, schema: pa.Schema) -> Any:
         raise RetriableError(
             f"cannot create the Iceberg table {identifier}: writing its metadata failed: "
             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-            fix="check the warehouse's store: its endpoint (the catalog's s3.endpoint, "
-            "AWS_ENDPOINT_URL_S3 or spark.hadoop.fs.s3a.endpoint), region and "
-            "credentials; retried with the batch") from None
+            fix="check the warehouse's store: its endpoint (S3: the catalog's "
+            "s3.endpoint, AWS_ENDPOINT_URL_S3 or spark.hadoop.fs.s3a.endpoint; GCS: "
+            "gcs.service.host or STORAGE_EMULATOR_HOST; Azure: the connection string's "
+            "BlobEndpoint), region and credentials; retried with the batch") from None
     except Exception as exc:
         unsupported = type(exc).__name__ == "UnsupportedPyArrowTypeException"
         raise ConfigurationError(
@@ -289,12 +239,10 @@ def table_root(catalog: Any, identifier: str) -> str | None:
 __all__ = [
     "CATALOG_EXAMPLE",
     "arrow_schema",
-    "check_location",
     "check_table",
     "checked_catalog",
     "checked_identifier",
     "create_table",
-    "io_properties",
     "load_table",
     "open_catalog",
     "parquet_options",

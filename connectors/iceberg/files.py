@@ -10,9 +10,9 @@ readers only read what the metadata names; Java Iceberg's orphan-file removal sk
 directories whose names start with ``_``.
 
 The claim, the manifest and the write into place are ``core/storage/attempts.py``'s
-(``TableFiles``), shared with the Delta sink: on a local path, or on S3 by the store's
-create-if-absent. ``root`` is the table's location as ``table_location`` gives it (a
-local path, or the object store's URI).
+(``TableFiles``), shared with the Delta sink: on a local path, or on an object store
+(S3, GCS, Azure) by the store's create-if-absent. ``root`` is the table's location as
+``table_location`` gives it (a local path, or the object store's URI).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def table_location(location: str) -> str:
 class TableStore:
     """Where the sink's tables are, resolved on the driver and pickled with the sink:
     ``warehouse``, the store of the catalog's warehouse (None for a local one), serves
-    every location in its bucket, so the tasks reach the store the driver resolved
+    every location in its bucket or container, so the tasks reach the store the driver resolved
     whatever their environment (as the Delta and file sinks' stores); a location
     elsewhere is resolved where it is used."""
 
@@ -74,10 +74,14 @@ class TableStore:
     def _split(self, location: str) -> tuple[Files, str]:
         parsed = parse_location(location)
         known = self.warehouse
-        # s3://, s3a:// and s3n:// name one bucket alike (Spark writes s3://, S3A s3a://)
-        if known is not None and parsed.scheme in S3_SCHEMES \
-                and parsed.authority == getattr(known, "bucket", None):
-            return known, parsed.normalized_path()
+        if known is not None and not parsed.is_local:
+            # s3://, s3a:// and s3n:// name one bucket alike (Spark writes s3://, S3A
+            # s3a://); on GCS and Azure the URI of the same bucket or container
+            home = parse_location(known.uri("/"))
+            both = {parsed.scheme, home.scheme}
+            same_kind = len(both) == 1 or both <= set(S3_SCHEMES)
+            if same_kind and parsed.authority == home.authority:
+                return known, parsed.normalized_path()
         return split_uri(location)
 
     def table_files(self, root: str) -> TableFiles:

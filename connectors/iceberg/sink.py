@@ -39,7 +39,7 @@ from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.upsertkeys import check_key, refuse_repeated_keys
 
-from . import catalog, files, table, upsert
+from . import catalog, files, stores, table, upsert
 from .files import DataFile
 
 
@@ -87,8 +87,8 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
                            else tuple(self.key))
         # Resolved here, on the driver, and pickled with the sink (as the Delta and file
         # sinks' stores): every process's pyiceberg reaches the same endpoint.
-        store = catalog.warehouse_store(self.catalog)
-        self.__dict__["_io"] = catalog.io_properties(self.catalog, store)
+        store = stores.warehouse_store(self.catalog)
+        self.__dict__["_io"] = stores.io_properties(self.catalog, store)
         self.__dict__["_store"] = files.TableStore(store)
 
     @property
@@ -97,7 +97,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         return store
 
     def _catalog(self) -> Any:
-        return catalog.open_catalog(self.catalog_name, {**self.catalog, **self.__dict__["_io"]})
+        return catalog.open_catalog(self.catalog_name, {
+            **self.catalog, **self.__dict__["_io"],
+            **stores.io_credentials(self.catalog, self.store.warehouse)})
 
     def _load(self) -> Any:
         return catalog.load_table(self._catalog(), self.table)

@@ -272,16 +272,28 @@ def _connection_string_endpoint(account: str) -> str | None:
     return f"{protocol}://{account}.blob.{suffix}"
 
 
-def _credential(files: AzureBlobFiles) -> Any:
+def shared_secret(account: str) -> tuple[str, str] | None:
+    """The account key (``("key", ...)``) or SAS token (``("sas", ...)``) this process's
+    environment gives ``account``, in the order sparkeos' own client takes them; None:
+    neither (Azure AD then)."""
     fields = _connection_string_fields()
-    if fields.get("AccountName") == files.account and fields.get("AccountKey"):
-        return {"account_name": files.account, "account_key": fields["AccountKey"]}
-    if fields.get("AccountName") == files.account and fields.get("SharedAccessSignature"):
-        return fields["SharedAccessSignature"]
+    if fields.get("AccountName") == account and fields.get("AccountKey"):
+        return "key", fields["AccountKey"]
+    if fields.get("AccountName") == account and fields.get("SharedAccessSignature"):
+        return "sas", fields["SharedAccessSignature"]
     if os.environ.get(KEY_ENV):
-        return {"account_name": files.account, "account_key": os.environ[KEY_ENV]}
+        return "key", os.environ[KEY_ENV]
     if os.environ.get(SAS_ENV):
-        return os.environ[SAS_ENV]
+        return "sas", os.environ[SAS_ENV]
+    return None
+
+
+def _credential(files: AzureBlobFiles) -> Any:
+    secret = shared_secret(files.account)
+    if secret is not None:
+        kind, value = secret
+        return {"account_name": files.account, "account_key": value} if kind == "key" \
+            else value
     try:
         from azure.identity import DefaultAzureCredential
     except ImportError:
@@ -310,4 +322,4 @@ def _new_client(files: AzureBlobFiles) -> Any:
                            connection_timeout=10, read_timeout=TIMEOUT_S)
 
 
-__all__ = ["CONNECTION_STRING_ENV", "AzureBlobFiles"]
+__all__ = ["CONNECTION_STRING_ENV", "AzureBlobFiles", "shared_secret"]

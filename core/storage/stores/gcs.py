@@ -291,6 +291,13 @@ class GcsFiles(ObjectStoreFiles):
             pass
 
 
+def signs_nothing(endpoint: str | None) -> bool:
+    """Whether a client of ``endpoint`` in this process sends its requests unsigned: an
+    endpoint setting (an emulator) and no credentials file. Every client of the store
+    in sparkeos, and the libraries it hands the store to, follow this one rule."""
+    return bool(endpoint) and not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+
+
 def _new_client(endpoint: str | None) -> Any:
     try:
         from google.cloud import storage
@@ -300,7 +307,7 @@ def _new_client(endpoint: str | None) -> Any:
             fix="pip install 'sparkeos[gcs]' on the driver and the executors",
         ) from None
     options = {"api_endpoint": endpoint} if endpoint else None
-    if endpoint and not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+    if signs_nothing(endpoint):
         from google.auth.credentials import AnonymousCredentials
 
         return storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or "sparkeos",
@@ -309,4 +316,4 @@ def _new_client(endpoint: str | None) -> Any:
     return storage.Client(client_options=options)
 
 
-__all__ = ["EMULATOR_ENV", "GcsFiles"]
+__all__ = ["EMULATOR_ENV", "GcsFiles", "signs_nothing"]

@@ -112,10 +112,10 @@ def test_other_queries_are_found_in_the_log_when_the_records_beside_it_are_gone(
 
 
 def test_what_the_sink_cannot_do_is_refused_up_front(tmp_path: Path) -> None:
-    for elsewhere in ("gs://bucket/orders", "abfss://c@account.dfs.core.windows.net/o",
-                      "hdfs://namenode:8020/orders"):
-        with pytest.raises(ConfigurationError, match="local paths and S3 so far"):
-            DeltaSink(elsewhere)
+    with pytest.raises(ConfigurationError, match="local paths, S3, Azure Blob Storage and HDFS"):
+        DeltaSink("gs://bucket/orders")
+    with pytest.raises(ConfigurationError, match="RPC port"):
+        DeltaSink("webhdfs://namenode:9870/orders")
     sink = DeltaSink(str(tmp_path / "t"), partition_by=("amount",))
     with pytest.raises(ConfigurationError, match="partitions by"):
         sink.validate(pa.schema([("id", pa.int64()), ("amount", pa.float64())]))
@@ -127,6 +127,36 @@ def test_what_the_sink_cannot_do_is_refused_up_front(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="plain values"):
         DeltaSink(str(tmp_path / "t"), key=("k",)).validate(
             pa.schema([("k", pa.list_(pa.int64())), ("n", pa.int64())]))
+
+
+def test_delta_rs_is_given_the_azure_table_the_sinks_files_resolved(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One resolution on the driver: the endpoint of the connection string's account
+    travels with the sink, delta-rs gets the table as ``az://`` (it reads no ``wasb``),
+    and the key or SAS token of the process that calls it, never kept in the sink."""
+    from sparkeos.connectors.delta.stores import storage_options, table_uri, with_credentials
+
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       "AccountName=acct;AccountKey=s3cr3t;BlobEndpoint=http://127.0.0.1:1/acct")
+    for uri in ("abfss://lake@acct.dfs.core.windows.net/t/orders",
+                "wasbs://lake@acct.blob.core.windows.net/t/orders"):
+        sink = DeltaSink(uri)
+        assert table_uri(sink.where) == "az://lake/t/orders"
+        options = storage_options(sink.where)
+        assert options == {"azure_storage_account_name": "acct",
+                           "azure_storage_endpoint": "http://127.0.0.1:1/acct",
+                           "azure_allow_http": "true"}
+        assert "s3cr3t" not in repr(sink.__dict__)
+        assert with_credentials(sink.where, options) == {
+            **options, "azure_storage_account_key": "s3cr3t"}
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "AccountName=other;AccountKey=x")
+    monkeypatch.setenv("AZURE_STORAGE_SAS_TOKEN", "?sv=1&sig=2")
+    sink = DeltaSink("abfss://lake@acct.dfs.core.windows.net/orders")
+    options = storage_options(sink.where)
+    assert options is not None
+    assert options["azure_storage_endpoint"] == "https://acct.blob.core.windows.net"
+    assert "azure_allow_http" not in options
+    assert with_credentials(sink.where, options)["azure_storage_sas_token"] == "sv=1&sig=2"  # type: ignore[index]
 
 
 def words(**counts: int) -> pa.RecordBatch:

@@ -247,10 +247,10 @@ def test_what_the_sink_cannot_do_is_refused_up_front(tmp_path: Path) -> None:
         IcebergSink("db.orders", catalog={"type": "rest", "uri": "http://localhost:8181"})
     with pytest.raises(ConfigurationError, match="uri"):
         IcebergSink("db.orders", catalog={"type": "sql"})
-    for elsewhere in ("gs://bucket/wh", "abfss://c@account.dfs.core.windows.net/wh",
-                      "hdfs://namenode:8020/wh"):
-        with pytest.raises(ConfigurationError, match="local paths and S3 so far"):
-            IcebergSink("db.orders", catalog={**good, "warehouse": elsewhere})
+    with pytest.raises(ConfigurationError, match="libhdfs"):
+        IcebergSink("db.orders", catalog={**good, "warehouse": "hdfs://namenode:8020/wh"})
+    with pytest.raises(ConfigurationError, match="Azure Blob Storage, not warehouse=oss://"):
+        IcebergSink("db.orders", catalog={**good, "warehouse": "oss://bucket/wh"})
     with pytest.raises(ConfigurationError, match="namespace"):
         IcebergSink("orders", catalog=good)
     with pytest.raises(ConfigurationError, match="warehouse"):
@@ -358,7 +358,7 @@ def test_the_warehouse_store_is_the_catalogs_and_secrets_are_masked(
     """The catalog's own ``s3.endpoint`` is where sparkeos' files go too (one store for
     pyiceberg's metadata and the attempts' files); a table spelled ``s3://`` in an
     ``s3a://`` warehouse is served by the warehouse's store; secrets are not recorded."""
-    from sparkeos.connectors.iceberg import catalog as catalog_module
+    from sparkeos.connectors.iceberg import stores
 
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
@@ -374,7 +374,45 @@ def test_the_warehouse_store_is_the_catalogs_and_secrets_are_masked(
     assert "hush" not in str(sink.describe())
     # no region set anywhere and no endpoint: pyiceberg finds the bucket's region itself
     bare = {**catalog(tmp_path), "warehouse": "s3a://lake/wh"}
-    assert catalog_module.io_properties(bare, catalog_module.warehouse_store(bare)) == {}
+    assert stores.io_properties(bare, stores.warehouse_store(bare)) == {}
+
+
+def test_gcs_and_azure_warehouses_tell_pyiceberg_the_store_sparkeos_resolved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One resolution on the driver for both writers: pyiceberg gets the emulator's
+    endpoint (GCS) or the account's authority and scheme (Azure) and sparkeos' FileIO;
+    the account key is added where the catalog is opened, never kept in the sink; a
+    catalog's own endpoint setting is where sparkeos' files go too."""
+    from sparkeos.connectors.iceberg import stores
+    from sparkeos.connectors.iceberg.fileio import SparkeosFileIO
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1")
+    gcs = IcebergSink("db.orders", catalog={**catalog(tmp_path), "warehouse": "gs://lake/wh"})
+    assert gcs.__dict__["_io"] == {"gcs.service.host": "http://127.0.0.1:1",
+                                   "py-io-impl": stores.FILE_IO}
+    own = {**catalog(tmp_path), "warehouse": "gs://lake/wh", "gcs.service.host": "http://h:2"}
+    assert IcebergSink("db.orders", catalog=own).store.warehouse.endpoint == "http://h:2"  # type: ignore[union-attr]
+
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       "AccountName=acct;AccountKey=s3cr3t;BlobEndpoint=http://127.0.0.1:3/acct")
+    properties = {**catalog(tmp_path), "warehouse": "abfss://lake@acct.dfs.core.windows.net/wh"}
+    azure = IcebergSink("db.orders", catalog=properties)
+    assert azure.__dict__["_io"] == {
+        "adls.account-name": "acct", "adls.blob-storage-authority": "127.0.0.1:3",
+        "adls.dfs-storage-authority": "127.0.0.1:3", "adls.blob-storage-scheme": "http",
+        "adls.dfs-storage-scheme": "http", "py-io-impl": stores.FILE_IO}
+    assert "s3cr3t" not in repr(azure.__dict__) and "s3cr3t" not in str(azure.describe())
+    assert stores.io_credentials(azure.catalog, azure.store.warehouse) == {
+        "adls.account-key": "s3cr3t"}
+    split = azure.store.table_files("abfss://lake@acct.dfs.core.windows.net/wh/db/orders")
+    assert split.files is azure.store.warehouse and split.root == "/wh/db/orders"
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
+    real = stores.io_properties(properties, stores.warehouse_store(properties))
+    assert real["adls.blob-storage-authority"] == ".blob.core.windows.net"
+    assert real["adls.dfs-storage-authority"] == ".dfs.core.windows.net"
+    # pyiceberg 0.12 hands Arrow "container@account.../path"; the container's path here
+    assert SparkeosFileIO.parse_location("abfss://lake@acct.dfs.core.windows.net/wh/t") == (
+        "abfss", "lake@acct.dfs.core.windows.net", "lake/wh/t")
 
 
 def test_a_warehouse_store_that_cannot_be_reached_is_said_as_such(
