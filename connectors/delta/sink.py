@@ -52,7 +52,9 @@ class DeltaHandle:
 @dataclass(frozen=True)
 class DeltaSink(TransactionalSink[DeltaHandle]):
     """Append a stream's rows to the Delta table at ``path`` (a local path, a ``file:``
-    URI or an S3 URI: ``s3a://bucket/tables/orders``), each batch once.
+    URI, an S3, Azure Blob Storage or HDFS URI: ``s3a://bucket/tables/orders``,
+    ``abfss://container@account.dfs.core.windows.net/orders``,
+    ``hdfs://namenode:8020/orders``), each batch once.
     ``partition_by``: the table's partition columns (strings, integers, booleans or
     dates)."""
 
@@ -274,7 +276,7 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
                 else TxnState.UNKNOWN)
 
     def identity(self) -> dict[str, Any]:
-        return {"path": self.root}
+        return {"path": stores.table_identity(self.where)}
 
     # -- helpers ------------------------------------------------------------------------------
     def _require_files(self, txn: Transaction, written: Sequence[DataFile],

@@ -31,13 +31,16 @@ same store at the same endpoint.
   measured on deltalake 1.6 against the project's HDFS 3.5, the second commit of one
   version fails with ``CommitFailedError``. delta-rs is given the ``hdfs://`` URI as it
   is (``webhdfs://`` names the HTTP port, not the RPC port delta-rs needs: refused with
-  the fix) and authenticates as Hadoop's client does in each process
-  (``HADOOP_USER_NAME``, else the OS user; Kerberos by its ticket cache).
+  the fix). Both must act as one HDFS user: hdfs-native's (``HADOOP_PROXY_USER``, else
+  ``HADOOP_USER_NAME``, else the OS user, in each process) is checked against sparkeos'
+  WebHDFS user (the driver's) before every delta-rs call (``check_hdfs_user``).
+  Kerberos is not supported (WebHDFS here sends ``user.name``, no SPNEGO).
 - **Google Cloud Storage** is refused up front, with the fix.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 
 from sparkeos.core.errors import ConfigurationError
@@ -90,11 +93,17 @@ def storage_options(where: TableFiles) -> dict[str, str] | None:
     own for the region (not whatever ``AWS_ENDPOINT`` the environment holds)."""
     files = where.files
     if isinstance(files, AzureBlobFiles):
+        # use_emulator off: set in an executor's environment it would make delta-rs'
+        # client ignore the endpoint (object_store 0.13) and commit the log elsewhere
         options = {"azure_storage_account_name": files.account,
-                   "azure_storage_endpoint": files.endpoint}
+                   "azure_storage_endpoint": files.endpoint,
+                   "azure_storage_use_emulator": "false"}
         if files.endpoint.startswith("http://"):
             options["azure_allow_http"] = "true"
         return options
+    if isinstance(files, WebHdfsFiles):
+        check_hdfs_user(files)
+        return None
     if not isinstance(files, S3Files):
         return None
     endpoint = files.endpoint or f"https://s3.{files.region}.amazonaws.com"
@@ -103,6 +112,34 @@ def storage_options(where: TableFiles) -> dict[str, str] | None:
     if endpoint.startswith("http://"):
         options["AWS_ALLOW_HTTP"] = "true"
     return options
+
+
+def check_hdfs_user(files: WebHdfsFiles) -> None:
+    """Refuse to hand delta-rs an HDFS table as another user than sparkeos writes its
+    files as: hdfs-native takes ``HADOOP_PROXY_USER``, else ``HADOOP_USER_NAME``, else
+    the OS user, in each process; sparkeos' WebHDFS user is the driver's, carried with
+    the sink. Two owners would leave the log and the data files each unwritable by the
+    other where HDFS checks permissions."""
+    native = (os.environ.get("HADOOP_PROXY_USER") or os.environ.get("HADOOP_USER_NAME")
+              or getpass.getuser())
+    if native != files.user:
+        raise ConfigurationError(
+            f"delta-rs would reach HDFS as {native!r} in this process, sparkeos writes the "
+            f"table's files at {files.uri('/')} as {files.user!r} (the driver's user)",
+            fix=f"set HADOOP_USER_NAME={files.user} in the driver's and every executor's "
+            "environment (and no HADOOP_PROXY_USER)")
+
+
+def table_identity(where: TableFiles) -> str:
+    """The table as the commit log pins the sink's destination: one spelling per table
+    where the store has several (Azure: ``abfs``, ``abfss``, ``wasb``, ``wasbs`` of one
+    container; an HDFS host in any case). A local path and S3 as they always were."""
+    files = where.files
+    if isinstance(files, AzureBlobFiles):
+        return f"azure://{files.account}/{files.container}{where.root}"
+    if isinstance(files, WebHdfsFiles):
+        return f"hdfs://{files.authority.lower()}{where.root}"
+    return where.uri()
 
 
 def with_credentials(where: TableFiles, options: dict[str, str] | None
@@ -134,4 +171,5 @@ def with_credentials(where: TableFiles, options: dict[str, str] | None
     return {**options, **extra}
 
 
-__all__ = ["storage_options", "table_files", "table_uri", "with_credentials"]
+__all__ = ["check_hdfs_user", "storage_options", "table_files", "table_identity", "table_uri",
+           "with_credentials"]

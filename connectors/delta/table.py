@@ -102,12 +102,23 @@ def _reached(where: TableFiles, call: Callable[[], T]) -> T:
     try:
         return call()
     except OSError as exc:
-        endpoint_fix = getattr(where.files, "endpoint_fix", None)
         raise RetriableError(
-            f"delta-rs cannot read the Delta table at {where.uri()} "
-            f"({table_uri(where)}): {str(exc).splitlines()[0]}",
-            fix=(endpoint_fix() if endpoint_fix else "check the table's location")
-            + "; and the credentials of every process; retried with the batch") from None
+            f"delta-rs cannot reach the Delta table at {where.uri()} "
+            f"({table_uri(where)}): {str(exc).splitlines()[0] if str(exc) else exc!r}",
+            fix=_reach_fix(where)) from None
+
+
+def _reach_fix(where: TableFiles) -> str:
+    endpoint_fix = getattr(where.files, "endpoint_fix", None)
+    if endpoint_fix is not None:
+        found = str(endpoint_fix())
+    elif getattr(where.files, "scheme", "") == "hdfs":
+        found = ("check the NameNode's RPC port in the path, that it is up and out of "
+                 "safe mode, HADOOP_CONF_DIR for a nameservice, and that HADOOP_USER_NAME "
+                 "is not set empty")
+    else:
+        found = "check the table's location"
+    return found + "; and the credentials of every process; retried with the batch"
 
 
 def committed_version(where: TableFiles, query_key: str, sink: str) -> int | None:
@@ -261,8 +272,11 @@ def _create(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str]) -
                           partition_by=list(partition_by) or None,
                           storage_options=with_credentials(where, options))
     except Exception as exc:
-        if _table(where) is not None:
+        if _reached(where, lambda: _table(where)) is not None:
             return  # another committer created it first
+        if isinstance(exc, OSError):  # the store unreachable or throttling: not the table
+            raise RetriableError(f"cannot create a Delta table at {location}: {exc}",
+                                 fix=_reach_fix(where)) from None
         raise ConfigurationError(f"cannot create a Delta table at {location}: {exc}",
                                  fix="check the location and its permissions") from None
 

@@ -65,9 +65,10 @@ def table_location(location: str) -> str:
 class TableStore:
     """Where the sink's tables are, resolved on the driver and pickled with the sink:
     ``warehouse``, the store of the catalog's warehouse (None for a local one), serves
-    every location in its bucket or container, so the tasks reach the store the driver resolved
-    whatever their environment (as the Delta and file sinks' stores); a location
-    elsewhere is resolved where it is used."""
+    every location in its bucket (S3: any of ``s3``, ``s3a``, ``s3n``) or container (as
+    the warehouse spells it: another spelling is refused in ``validate``), so the tasks
+    reach the store the driver resolved whatever their environment (as the Delta and
+    file sinks' stores); a location elsewhere is resolved where it is used."""
 
     warehouse: Files | None = None
 

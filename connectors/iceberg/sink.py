@@ -63,9 +63,9 @@ class IcebergHandle:
 class IcebergSink(TransactionalSink[IcebergHandle]):
     """Append a stream's rows to the Iceberg table ``table`` (``namespace.name``) of the
     catalog with the pyiceberg properties ``catalog`` (a SQL catalog, tables on local
-    paths or S3), each batch once. ``catalog_name``: the catalog's name, which a SQL
-    catalog records with each table (Spark's Iceberg catalog of the same name and
-    database sees the same tables)."""
+    paths, S3, Google Cloud Storage or Azure Blob Storage), each batch once.
+    ``catalog_name``: the catalog's name, which a SQL catalog records with each table
+    (Spark's Iceberg catalog of the same name and database sees the same tables)."""
 
     table: str
     catalog: Mapping[str, str] = field(default_factory=dict)
@@ -119,6 +119,8 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         table.check_retry_hook()
         check_key(self.key, schema)
         found = self._load() or catalog.create_table(self._catalog(), self.table, schema)
+        stores.check_table_location(self.store.warehouse, str(found.location()),
+                                    f"the location of {self.table}")
         catalog.check_table(found, self.table, schema)
         self.store.table_files(files.table_location(str(found.location()))).check_writes()
 

@@ -120,6 +120,16 @@ def io_properties(properties: Mapping[str, str], store: Files | None) -> dict[st
         emulated = url.path.strip("/") == store.account  # Azurite: host:port/<account>
         blob = url.netloc if emulated else url.netloc.removeprefix(store.account)
         dfs = blob if emulated else blob.replace(".blob.", ".dfs.", 1)
+        arrow_endpoint = _azure_endpoint(store, {"adls.blob-storage-authority": blob,
+                                                 "adls.blob-storage-scheme": url.scheme})
+        if arrow_endpoint != store.endpoint:  # a custom domain Arrow cannot spell
+            raise ConfigurationError(
+                f"pyiceberg's Azure client cannot reach the Blob endpoint {store.endpoint} "
+                f"of account {store.account}: it builds <account><authority> or "
+                f"<authority>/<account>, which gives {arrow_endpoint}",
+                fix="give the account's own endpoint (https://<account>.blob.core.windows"
+                ".net, or an emulator's http://host:port/<account>) in "
+                "AZURE_STORAGE_CONNECTION_STRING's BlobEndpoint")
         found.update({"adls.account-name": store.account,
                       "adls.blob-storage-authority": blob, "adls.dfs-storage-authority": dfs,
                       "adls.blob-storage-scheme": url.scheme,
@@ -130,6 +140,23 @@ def io_properties(properties: Mapping[str, str], store: Files | None) -> dict[st
     if "py-io-impl" not in properties:
         found["py-io-impl"] = FILE_IO
     return found
+
+
+def check_table_location(store: Files | None, location: str, what: str) -> None:
+    """Refuse an Azure table outside the warehouse's container as the warehouse spells
+    it: pyiceberg's Azure client serves one account (``adls.account-name``), whatever
+    the location names, so its metadata would go to the warehouse's account while
+    sparkeos' files went to the other."""
+    check_location(location, what)
+    if not isinstance(store, AzureBlobFiles):
+        return
+    home, parsed = parse_location(store.uri("/")), parse_location(location)
+    if (parsed.scheme, parsed.authority) != (home.scheme, home.authority):
+        raise ConfigurationError(
+            f"{what}={location} is not in the warehouse's container "
+            f"{store.uri('/')}: IcebergSink writes Azure tables there only",
+            fix="give the table a location in the warehouse's container, spelled as the "
+            "warehouse is, or write it through a catalog whose warehouse is there")
 
 
 def io_credentials(properties: Mapping[str, str], store: Files | None) -> dict[str, str]:
@@ -149,4 +176,5 @@ def io_credentials(properties: Mapping[str, str], store: Files | None) -> dict[s
         else {"adls.sas-token": value.lstrip("?")}
 
 
-__all__ = ["FILE_IO", "check_location", "io_credentials", "io_properties", "warehouse_store"]
+__all__ = ["FILE_IO", "check_location", "check_table_location", "io_credentials", "io_properties",
+           "warehouse_store"]

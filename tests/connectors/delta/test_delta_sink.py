@@ -145,7 +145,9 @@ def test_delta_rs_is_given_the_azure_table_the_sinks_files_resolved(
         options = storage_options(sink.where)
         assert options == {"azure_storage_account_name": "acct",
                            "azure_storage_endpoint": "http://127.0.0.1:1/acct",
+                           "azure_storage_use_emulator": "false",  # it would win
                            "azure_allow_http": "true"}
+        assert sink.identity() == {"path": "azure://acct/lake/t/orders"}  # one spelling
         assert "s3cr3t" not in repr(sink.__dict__)
         assert with_credentials(sink.where, options) == {
             **options, "azure_storage_account_key": "s3cr3t"}
@@ -157,6 +159,35 @@ def test_delta_rs_is_given_the_azure_table_the_sinks_files_resolved(
     assert options["azure_storage_endpoint"] == "https://acct.blob.core.windows.net"
     assert "azure_allow_http" not in options
     assert with_credentials(sink.where, options)["azure_storage_sas_token"] == "sv=1&sig=2"  # type: ignore[index]
+
+
+def test_delta_rs_reaches_hdfs_only_as_the_user_sparkeos_writes_as(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """hdfs-native picks its user in each process; sparkeos' WebHDFS user is the
+    driver's. Two owners of one table would each leave the other unable to write:
+    refused before delta-rs is called, with the fix."""
+    from sparkeos.connectors.delta.stores import storage_options
+
+    monkeypatch.setenv("HADOOP_USER_NAME", "etl")
+    monkeypatch.delenv("HADOOP_PROXY_USER", raising=False)
+    sink = DeltaSink("hdfs://NameNode:8020/tables/orders")
+    assert storage_options(sink.where) is None
+    assert sink.identity() == {"path": "hdfs://namenode:8020/tables/orders"}
+    monkeypatch.setenv("HADOOP_USER_NAME", "someone-else")
+    with pytest.raises(ConfigurationError, match="HADOOP_USER_NAME=etl"):
+        storage_options(sink.where)
+    monkeypatch.setenv("HADOOP_USER_NAME", "etl")
+    monkeypatch.setenv("HADOOP_PROXY_USER", "svc")
+    with pytest.raises(ConfigurationError, match="as 'svc'"):
+        storage_options(sink.where)
+
+
+def test_a_sas_signature_is_never_in_an_azure_error() -> None:
+    from sparkeos.core.storage.stores.azure import redacted
+
+    text = ("Max retries exceeded with url: /c/blob?sv=2024&se=x&sig=AbC%2Fd123&sp=rw "
+            "(Caused by ...)")
+    assert "AbC" not in redacted(text) and "sig=***&sp=rw" in redacted(text)
 
 
 def words(**counts: int) -> pa.RecordBatch:

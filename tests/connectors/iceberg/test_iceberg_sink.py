@@ -410,6 +410,18 @@ def test_gcs_and_azure_warehouses_tell_pyiceberg_the_store_sparkeos_resolved(
     real = stores.io_properties(properties, stores.warehouse_store(properties))
     assert real["adls.blob-storage-authority"] == ".blob.core.windows.net"
     assert real["adls.dfs-storage-authority"] == ".dfs.core.windows.net"
+    # an Azure table outside the warehouse's container as spelled there: refused
+    stores.check_table_location(azure.store.warehouse,
+                                "abfss://lake@acct.dfs.core.windows.net/wh/db/t", "t")
+    for elsewhere in ("abfss://lake@other.dfs.core.windows.net/wh/db/t",
+                      "wasbs://lake@acct.blob.core.windows.net/wh/db/t"):
+        with pytest.raises(ConfigurationError, match="not in the warehouse's container"):
+            stores.check_table_location(azure.store.warehouse, elsewhere, "t")
+    # a custom domain Arrow cannot spell from an account and an authority: refused
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       "AccountName=acct;AccountKey=k;BlobEndpoint=https://blobs.contoso.com")
+    with pytest.raises(ConfigurationError, match="cannot reach the Blob endpoint"):
+        IcebergSink("db.orders", catalog=properties)
     # pyiceberg 0.12 hands Arrow "container@account.../path"; the container's path here
     assert SparkeosFileIO.parse_location("abfss://lake@acct.dfs.core.windows.net/wh/t") == (
         "abfss", "lake@acct.dfs.core.windows.net", "lake/wh/t")
