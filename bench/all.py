@@ -98,8 +98,8 @@ def cases(quick: bool) -> list[Case]:
                       "foreachBatch", "file_sink.py",
                       (*file_args, "--format", "parquet", "--partitions", "200"),
                       r"ratio format coalesced/foreachBatch: ([0-9.]+)", 1.1))
-    # Issue 51: Delta tables against delta-rs' own write_deltalake of the same batches
-    # (Spark's own Delta sink has no release for the pinned Spark).
+    # Issue 51: Delta and Iceberg tables against delta-rs' write_deltalake and pyiceberg's
+    # append of the same batches (Spark's own sinks have no release for the pinned Spark).
     for partitions in ("2", "20", "200"):
         delta = ("--rows-per-batch", rows, "--batches", "3", "--repeats",
                  "1" if quick else "3", "--partitions", partitions)
@@ -107,6 +107,9 @@ def cases(quick: bool) -> list[Case]:
             found.append(Case(f"delta {mode}, {partitions} partitions, vs write_deltalake",
                               "delta_sink.py", delta,
                               rf"ratio {mode}/write_deltalake: ([0-9.]+)", 1.1))
+            found.append(Case(f"iceberg {mode}, {partitions} partitions, vs pyiceberg's "
+                              "append", "iceberg_sink.py", delta,
+                              rf"ratio {mode}/pyiceberg_append: ([0-9.]+)", 1.1))
     found.append(Case("first batch of a fresh job, format vs foreachBatch, above Spark's "
                       "floor", "first_batch.py", ("--repeats", "1" if quick else "3"),
                       r"format above Spark's floor: ([0-9.-]+) ms", 1000, " ms"))

@@ -10,7 +10,8 @@ Storage or Azure Blob Storage (``py-io-impl`` of the catalog's properties, set b
 - **GCS**: with an emulator endpoint and no credentials file, sparkeos' own client sends
   its requests unsigned (``core.storage.stores.gcs.signs_nothing``); pyiceberg's Arrow
   ``GcsFileSystem`` would look for Google's credentials instead and fail on a machine
-  without them. Here it follows the same rule.
+  without them. Here it follows the same rule, and gives up on a request after
+  ``RETRY_S`` as sparkeos' client does, not after Arrow's 15 minutes.
 
 Scans, deletes and writes still go through ``new_input`` / ``new_output`` of this class:
 pyiceberg's readers take any ``PyArrowFileIO``.
@@ -18,16 +19,25 @@ pyiceberg's readers take any ``PyArrowFileIO``.
 
 from __future__ import annotations
 
+import datetime
 import urllib.parse
 from typing import Any
 
-from pyiceberg.io import GCS_SERVICE_HOST, GCS_TOKEN
+from pyiceberg.io import (
+    GCS_DEFAULT_LOCATION,
+    GCS_SERVICE_HOST,
+    GCS_TOKEN,
+    GCS_TOKEN_EXPIRES_AT_MS,
+)
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
 
 from sparkeos.core.storage.stores.gcs import signs_nothing
 
 AZURE_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
+RETRY_S = 120
+"""How long Arrow's GCS client retries one request: sparkeos' own client's limit
+(``core.storage.stores.gcs.GcsFiles.retry_s``)."""
 
 
 class SparkeosFileIO(PyArrowFileIO):
@@ -41,14 +51,28 @@ class SparkeosFileIO(PyArrowFileIO):
         return scheme, netloc, path
 
     def _initialize_gcs_fs(self) -> Any:
-        endpoint = self.properties.get(GCS_SERVICE_HOST)
-        if self.properties.get(GCS_TOKEN) or not signs_nothing(endpoint):
-            return super()._initialize_gcs_fs()
+        """pyiceberg's ``GcsFileSystem`` (its token, expiry, bucket location and
+        endpoint properties), unsigned by ``signs_nothing``'s rule, and retrying a
+        request for ``RETRY_S`` (Arrow's own limit is 15 minutes: a process without
+        credentials or a store out of reach would wait that long on every call)."""
         from pyarrow.fs import GcsFileSystem
 
-        url = urllib.parse.urlsplit(str(endpoint))
-        return GcsFileSystem(anonymous=True, scheme=url.scheme or "https",
-                             endpoint_override=url.netloc)
+        properties = self.properties
+        endpoint = properties.get(GCS_SERVICE_HOST)
+        options: dict[str, Any] = {"retry_time_limit": datetime.timedelta(seconds=RETRY_S)}
+        if token := properties.get(GCS_TOKEN):
+            options["access_token"] = token
+            if expiry := properties.get(GCS_TOKEN_EXPIRES_AT_MS):
+                options["credential_token_expiration"] = datetime.datetime.fromtimestamp(
+                    int(expiry) / 1000, tz=datetime.timezone.utc)
+        elif signs_nothing(endpoint):
+            options["anonymous"] = True
+        if location := properties.get(GCS_DEFAULT_LOCATION):
+            options["default_bucket_location"] = location
+        if endpoint:
+            url = urllib.parse.urlsplit(str(endpoint))
+            options.update(scheme=url.scheme or "https", endpoint_override=url.netloc)
+        return GcsFileSystem(**options)
 
 
 __all__ = ["SparkeosFileIO"]

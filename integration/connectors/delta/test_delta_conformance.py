@@ -21,6 +21,7 @@ from sparkeos.connectors.delta.stores import (
     table_uri,
     with_credentials,
 )
+from sparkeos.core.storage.stores.webhdfs import WEBHDFS_PORT_ENV
 from sparkeos.testing.conformance import (
     FORMAT_CASES,
     MERGED_DRIVER_POINTS,
@@ -32,6 +33,7 @@ from sparkeos.testing.conformance import (
     SampledDriverKills,
     SampledFormatConformance,
 )
+from sparkeos.testing.job import JobSpec
 from sparkeos.testing.storefaults import StoreWireFaultCases
 
 
@@ -196,6 +198,16 @@ class TestDeltaFormatHdfs(FormatConformance, CheckpointOnHdfs, TestDeltaSink):
 
     def format_spec(self, workdir: str) -> dict[str, Any]:
         return {"format": "sparkeos-delta", "options": {"path": self.table(workdir)}}
+
+    def job(self, workdir: str, mode: str = "exactly_once", master: str = "local[2]",
+            sink: dict[str, Any] | None = None,
+            spark_conf: dict[str, str] | None = None) -> JobSpec:
+        # A process of its own with the WebHDFS port in its environment and its
+        # executors': the format makes its sink in Python workers, and the warm
+        # session's were started before the fixture set the port.
+        conf = {f"spark.executorEnv.{WEBHDFS_PORT_ENV}": os.environ[WEBHDFS_PORT_ENV],
+                **(spark_conf or {})}
+        return super().job(workdir, mode, master, sink, conf)
 
 
 @pytest.mark.clouds
