@@ -52,13 +52,17 @@ def writer(source: Any, mode: str, out: str, work: str) -> tuple[Any, Any]:
         options = {"path": TABLE, **{f"sparkeos.catalog.{k}": v for k, v in properties.items()}}
         return source.writeStream.format("sparkeos-iceberg").options(**options), None
 
-    def append(df: Any, batch_id: int) -> None:
-        from pyiceberg.catalog import load_catalog
+    tables: list[Any] = []  # the table, loaded once per query as a user's job would
 
+    def append(df: Any, batch_id: int) -> None:
         rows = df.toArrow()
-        catalog = load_catalog("default", **properties)
-        catalog.create_namespace_if_not_exists("bench")
-        catalog.create_table_if_not_exists(TABLE, schema=rows.schema).append(rows)
+        if not tables:
+            from pyiceberg.catalog import load_catalog
+
+            catalog = load_catalog("default", **properties)
+            catalog.create_namespace_if_not_exists("bench")
+            tables.append(catalog.create_table_if_not_exists(TABLE, schema=rows.schema))
+        tables[0].append(rows)
 
     return source.writeStream.foreachBatch(append), None
 

@@ -31,9 +31,20 @@ from __future__ import annotations
 
 import re
 
+_SECRETS = re.compile(r"(?i)\b(sig|signature|AccountKey|SharedAccessSignature)=[^&;\s'\"]+")
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with the secrets a store's client quotes masked: a SAS token's signature
+    in a URL (Azure's clients quote the request's URL in their errors), an account key
+    or SAS of a connection string."""
+    return _SECRETS.sub(r"\1=***", text)
+
 
 class SparkEOSError(Exception):
-    """Root of every error raised by sparkeos."""
+    """Root of every error raised by sparkeos. Its problem is said with the secrets a
+    store's client may quote masked (``redact_secrets``): errors are logged and recorded
+    in the commit log."""
 
     def __init__(
         self,
@@ -44,7 +55,7 @@ class SparkEOSError(Exception):
         txn_id: str | None = None,
         fix: str | None = None,
     ) -> None:
-        self.problem = problem
+        self.problem = redact_secrets(problem)
         self.sink = sink
         self.batch_id = batch_id
         self.txn_id = txn_id

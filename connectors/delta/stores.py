@@ -31,16 +31,15 @@ same store at the same endpoint.
   measured on deltalake 1.6 against the project's HDFS 3.5, the second commit of one
   version fails with ``CommitFailedError``. delta-rs is given the ``hdfs://`` URI as it
   is (``webhdfs://`` names the HTTP port, not the RPC port delta-rs needs: refused with
-  the fix). Both must act as one HDFS user: hdfs-native's (``HADOOP_PROXY_USER``, else
-  ``HADOOP_USER_NAME``, else the OS user, in each process) is checked against sparkeos'
-  WebHDFS user (the driver's) before every delta-rs call (``check_hdfs_user``).
+  the fix). Both must act as one HDFS user: hdfs-native's (``HADOOP_USER_NAME``, else
+  the user of the process's uid, in each process) is checked against sparkeos' WebHDFS
+  user (the driver's) before every delta-rs call (``check_hdfs_user``).
   Kerberos is not supported (WebHDFS here sends ``user.name``, no SPNEGO).
 - **Google Cloud Storage** is refused up front, with the fix.
 """
 
 from __future__ import annotations
 
-import getpass
 import os
 
 from sparkeos.core.errors import ConfigurationError
@@ -116,29 +115,33 @@ def storage_options(where: TableFiles) -> dict[str, str] | None:
 
 def check_hdfs_user(files: WebHdfsFiles) -> None:
     """Refuse to hand delta-rs an HDFS table as another user than sparkeos writes its
-    files as: hdfs-native takes ``HADOOP_PROXY_USER``, else ``HADOOP_USER_NAME``, else
-    the OS user, in each process; sparkeos' WebHDFS user is the driver's, carried with
-    the sink. Two owners would leave the log and the data files each unwritable by the
-    other where HDFS checks permissions."""
-    native = (os.environ.get("HADOOP_PROXY_USER") or os.environ.get("HADOOP_USER_NAME")
-              or getpass.getuser())
+    files as: hdfs-native (0.13, simple authentication) takes ``HADOOP_USER_NAME`` when
+    it is set (even empty), else the user of the process's uid; sparkeos' WebHDFS user
+    is the driver's, carried with the sink. Two owners would leave the log and the data
+    files each unwritable by the other where HDFS checks permissions."""
+    import pwd
+
+    named = os.environ.get("HADOOP_USER_NAME")
+    native = named if named is not None else pwd.getpwuid(os.geteuid()).pw_name
     if native != files.user:
         raise ConfigurationError(
             f"delta-rs would reach HDFS as {native!r} in this process, sparkeos writes the "
             f"table's files at {files.uri('/')} as {files.user!r} (the driver's user)",
             fix=f"set HADOOP_USER_NAME={files.user} in the driver's and every executor's "
-            "environment (and no HADOOP_PROXY_USER)")
+            "environment")
 
 
 def table_identity(where: TableFiles) -> str:
     """The table as the commit log pins the sink's destination: one spelling per table
     where the store has several (Azure: ``abfs``, ``abfss``, ``wasb``, ``wasbs`` of one
-    container; an HDFS host in any case). A local path and S3 as they always were."""
+    container, its account in any case; an HDFS host in any case, with Hadoop's default
+RPC port 8020 where none is given). A local path and S3 as they always were."""
     files = where.files
     if isinstance(files, AzureBlobFiles):
-        return f"azure://{files.account}/{files.container}{where.root}"
+        return f"azure://{files.account.lower()}/{files.container.lower()}{where.root}"
     if isinstance(files, WebHdfsFiles):
-        return f"hdfs://{files.authority.lower()}{where.root}"
+        authority = files.authority.lower()
+        return f"hdfs://{authority if ':' in authority else authority + ':8020'}{where.root}"
     return where.uri()
 
 

@@ -274,7 +274,8 @@ def _create(where: TableFiles, schema: pa.Schema, partition_by: Sequence[str]) -
     except Exception as exc:
         if _reached(where, lambda: _table(where)) is not None:
             return  # another committer created it first
-        if isinstance(exc, OSError):  # the store unreachable or throttling: not the table
+        if isinstance(exc, OSError) and not isinstance(exc, PermissionError):
+            # the store unreachable or throttling: not the table
             raise RetriableError(f"cannot create a Delta table at {location}: {exc}",
                                  fix=_reach_fix(where)) from None
         raise ConfigurationError(f"cannot create a Delta table at {location}: {exc}",

@@ -118,11 +118,14 @@ def io_properties(properties: Mapping[str, str], store: Files | None) -> dict[st
     elif isinstance(store, AzureBlobFiles):
         url = urllib.parse.urlsplit(store.endpoint)
         emulated = url.path.strip("/") == store.account  # Azurite: host:port/<account>
-        blob = url.netloc if emulated else url.netloc.removeprefix(store.account)
+        netloc = url.netloc.lower()  # a host has no case; Arrow's prefix is the account's
+        blob = netloc if emulated else netloc.removeprefix(store.account.lower())
         dfs = blob if emulated else blob.replace(".blob.", ".dfs.", 1)
         arrow_endpoint = _azure_endpoint(store, {"adls.blob-storage-authority": blob,
                                                  "adls.blob-storage-scheme": url.scheme})
-        if arrow_endpoint != store.endpoint:  # a custom domain Arrow cannot spell
+        if "py-io-impl" not in properties \
+                and _spelled(arrow_endpoint) != _spelled(store.endpoint):
+            # a custom domain, which Arrow's client (sparkeos' FileIO) cannot spell
             raise ConfigurationError(
                 f"pyiceberg's Azure client cannot reach the Blob endpoint {store.endpoint} "
                 f"of account {store.account}: it builds <account><authority> or "
@@ -142,21 +145,31 @@ def io_properties(properties: Mapping[str, str], store: Files | None) -> dict[st
     return found
 
 
+def _spelled(endpoint: str) -> str:
+    """An endpoint as it is compared: scheme and host in lower case, no trailing
+    slash."""
+    url = urllib.parse.urlsplit(endpoint.rstrip("/"))
+    return urllib.parse.urlunsplit(url._replace(scheme=url.scheme.lower(),
+                                                netloc=url.netloc.lower()))
+
+
 def check_table_location(store: Files | None, location: str, what: str) -> None:
-    """Refuse an Azure table outside the warehouse's container as the warehouse spells
-    it: pyiceberg's Azure client serves one account (``adls.account-name``), whatever
-    the location names, so its metadata would go to the warehouse's account while
-    sparkeos' files went to the other."""
+    """Refuse an Azure table outside the warehouse's container: pyiceberg's Azure client
+    serves one account (``adls.account-name``), whatever the location names, so its
+    metadata would go to the warehouse's account while sparkeos' files went to the
+    other. ``abfs``, ``abfss``, ``wasb`` and ``wasbs`` of the container are all in it."""
     check_location(location, what)
     if not isinstance(store, AzureBlobFiles):
         return
-    home, parsed = parse_location(store.uri("/")), parse_location(location)
-    if (parsed.scheme, parsed.authority) != (home.scheme, home.authority):
+    found, _ = split_uri(location)
+    if not isinstance(found, AzureBlobFiles) or (
+            found.account.lower(), found.container) != (store.account.lower(),
+                                                        store.container):
         raise ConfigurationError(
             f"{what}={location} is not in the warehouse's container "
             f"{store.uri('/')}: IcebergSink writes Azure tables there only",
-            fix="give the table a location in the warehouse's container, spelled as the "
-            "warehouse is, or write it through a catalog whose warehouse is there")
+            fix="give the table a location in the warehouse's container, or write it "
+            "through a catalog whose warehouse is there")
 
 
 def io_credentials(properties: Mapping[str, str], store: Files | None) -> dict[str, str]:

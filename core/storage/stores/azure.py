@@ -30,7 +30,6 @@ authentication, and its endpoint is the URI's host, as here.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -155,8 +154,7 @@ class AzureBlobFiles(ObjectStoreFiles):
                 "read, write, list and delete rights on the container") from None
         except (az.ServiceRequestError, az.ServiceResponseError) as exc:
             raise RetriableError(
-                f"{self.where()} cannot be reached ({what} {self.uri(path)}): "
-                f"{redacted(str(exc))}; "
+                f"{self.where()} cannot be reached ({what} {self.uri(path)}): {exc}; "
                 f"{self.endpoint_origin()}", fix=self.endpoint_fix()) from None
         except az.HttpResponseError as exc:
             status = exc.status_code or 0
@@ -248,15 +246,6 @@ class AzureBlobFiles(ObjectStoreFiles):
             pass
 
 
-_SIGNATURE = re.compile(r"(?i)\b(sig|signature)=[^&\s'\"]+")
-
-
-def redacted(text: str) -> str:
-    """``text`` with a SAS token's signature masked: azure-core's connection errors
-    quote the request's URL, SAS and all."""
-    return _SIGNATURE.sub(r"\1=***", text)
-
-
 def _code(exc: Exception) -> str:
     """The service's error code of an azure-core error (``BlobAlreadyExists``)."""
     return str(getattr(exc, "error_code", "") or "")
@@ -333,4 +322,4 @@ def _new_client(files: AzureBlobFiles) -> Any:
                            connection_timeout=10, read_timeout=TIMEOUT_S)
 
 
-__all__ = ["CONNECTION_STRING_ENV", "AzureBlobFiles", "redacted", "shared_secret"]
+__all__ = ["CONNECTION_STRING_ENV", "AzureBlobFiles", "shared_secret"]

@@ -21,7 +21,7 @@ from sparkeos.connectors.delta.stores import (
     table_uri,
     with_credentials,
 )
-from sparkeos.core.storage.stores.webhdfs import WEBHDFS_PORT_ENV
+from sparkeos.core.storage.stores.webhdfs import DEFAULT_WEBHDFS_PORT, WEBHDFS_PORT_ENV
 from sparkeos.testing.conformance import (
     FORMAT_CASES,
     MERGED_DRIVER_POINTS,
@@ -205,8 +205,8 @@ class TestDeltaFormatHdfs(FormatConformance, CheckpointOnHdfs, TestDeltaSink):
         # A process of its own with the WebHDFS port in its environment and its
         # executors': the format makes its sink in Python workers, and the warm
         # session's were started before the fixture set the port.
-        conf = {f"spark.executorEnv.{WEBHDFS_PORT_ENV}": os.environ[WEBHDFS_PORT_ENV],
-                **(spark_conf or {})}
+        port = os.environ.get(WEBHDFS_PORT_ENV, str(DEFAULT_WEBHDFS_PORT))
+        conf = {f"spark.executorEnv.{WEBHDFS_PORT_ENV}": port, **(spark_conf or {})}
         return super().job(workdir, mode, master, sink, conf)
 
 

@@ -413,8 +413,10 @@ def test_gcs_and_azure_warehouses_tell_pyiceberg_the_store_sparkeos_resolved(
     # an Azure table outside the warehouse's container as spelled there: refused
     stores.check_table_location(azure.store.warehouse,
                                 "abfss://lake@acct.dfs.core.windows.net/wh/db/t", "t")
+    stores.check_table_location(azure.store.warehouse,  # another spelling, one container
+                                "wasbs://lake@acct.blob.core.windows.net/wh/db/t", "t")
     for elsewhere in ("abfss://lake@other.dfs.core.windows.net/wh/db/t",
-                      "wasbs://lake@acct.blob.core.windows.net/wh/db/t"):
+                      "abfss://pond@acct.dfs.core.windows.net/wh/db/t"):
         with pytest.raises(ConfigurationError, match="not in the warehouse's container"):
             stores.check_table_location(azure.store.warehouse, elsewhere, "t")
     # a custom domain Arrow cannot spell from an account and an authority: refused
@@ -422,6 +424,9 @@ def test_gcs_and_azure_warehouses_tell_pyiceberg_the_store_sparkeos_resolved(
                        "AccountName=acct;AccountKey=k;BlobEndpoint=https://blobs.contoso.com")
     with pytest.raises(ConfigurationError, match="cannot reach the Blob endpoint"):
         IcebergSink("db.orders", catalog=properties)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",  # the same endpoint, respelled
+                       "AccountName=acct;AccountKey=k;BlobEndpoint=HTTPS://ACCT.blob.core.windows.net/")
+    IcebergSink("db.orders", catalog=properties)
     # pyiceberg 0.12 hands Arrow "container@account.../path"; the container's path here
     assert SparkeosFileIO.parse_location("abfss://lake@acct.dfs.core.windows.net/wh/t") == (
         "abfss", "lake@acct.dfs.core.windows.net", "lake/wh/t")
