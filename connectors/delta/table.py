@@ -72,7 +72,8 @@ def _table(where: TableFiles) -> Any:
 
 def _forget(where: TableFiles) -> None:
     tables: dict[tuple[str, str], Any] = getattr(_OPEN, "tables", {})
-    for cache_key in [k for k in tables if k[0] == table_uri(where)]:
+    location = table_uri(where)
+    for cache_key in [k for k in tables if k[0] == location]:
         tables.pop(cache_key, None)
 
 

@@ -31,13 +31,13 @@ from pyiceberg.io import (
 )
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
+from pyiceberg.utils.datetime import millis_to_datetime
 
-from sparkeos.core.storage.stores.gcs import signs_nothing
+from sparkeos.core.storage.files import AZURE_SCHEMES
+from sparkeos.core.storage.stores.gcs import GcsFiles, signs_nothing
 
-AZURE_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
-RETRY_S = 120
-"""How long Arrow's GCS client retries one request: sparkeos' own client's limit
-(``core.storage.stores.gcs.GcsFiles.retry_s``)."""
+RETRY_S = GcsFiles.retry_s
+"""How long Arrow's GCS client retries one request: sparkeos' own client's limit."""
 
 
 class SparkeosFileIO(PyArrowFileIO):
@@ -63,8 +63,7 @@ class SparkeosFileIO(PyArrowFileIO):
         if token := properties.get(GCS_TOKEN):
             options["access_token"] = token
             if expiry := properties.get(GCS_TOKEN_EXPIRES_AT_MS):
-                options["credential_token_expiration"] = datetime.datetime.fromtimestamp(
-                    int(expiry) / 1000, tz=datetime.timezone.utc)
+                options["credential_token_expiration"] = millis_to_datetime(int(expiry))
         elif signs_nothing(endpoint):
             options["anonymous"] = True
         if location := properties.get(GCS_DEFAULT_LOCATION):

@@ -119,9 +119,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         table.check_retry_hook()
         check_key(self.key, schema)
         found = self._load() or catalog.create_table(self._catalog(), self.table, schema)
+        catalog.check_table(found, self.table, schema)
         stores.check_table_location(self.store.warehouse, str(found.location()),
                                     f"the location of {self.table}")
-        catalog.check_table(found, self.table, schema)
         self.store.table_files(files.table_location(str(found.location()))).check_writes()
 
     # -- phase 1 ---------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import urllib.parse
 from collections.abc import Mapping
 
 from sparkeos.core.errors import ConfigurationError
-from sparkeos.core.storage.files import S3_SCHEMES, Files
+from sparkeos.core.storage.files import AZURE_SCHEMES, GCS_SCHEMES, S3_SCHEMES, Files
 from sparkeos.core.storage.locations import parse as parse_location
 from sparkeos.core.storage.logstores import is_local_uri
 from sparkeos.core.storage.registry import split_uri
@@ -41,8 +41,6 @@ from sparkeos.core.storage.stores.azure import AzureBlobFiles, shared_secret
 from sparkeos.core.storage.stores.gcs import GcsFiles
 from sparkeos.core.storage.stores.s3 import S3Files
 
-GCS_SCHEMES = frozenset({"gs"})
-AZURE_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
 FILE_IO = "sparkeos.connectors.iceberg.fileio.SparkeosFileIO"
 
 
@@ -157,8 +155,8 @@ def check_table_location(store: Files | None, location: str, what: str) -> None:
     """Refuse an Azure table outside the warehouse's container: pyiceberg's Azure client
     serves one account (``adls.account-name``), whatever the location names, so its
     metadata would go to the warehouse's account while sparkeos' files went to the
-    other. ``abfs``, ``abfss``, ``wasb`` and ``wasbs`` of the container are all in it."""
-    check_location(location, what)
+    other. ``abfs``, ``abfss``, ``wasb`` and ``wasbs`` of the container are all in it.
+    The store's kind is ``check_location``'s (``catalog.check_table``), asked first."""
     if not isinstance(store, AzureBlobFiles):
         return
     found, _ = split_uri(location)
