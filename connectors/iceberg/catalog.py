@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +21,7 @@ from sparkeos.core.errors import ConfigurationError, RetriableError, SchemaMisma
 from sparkeos.core.storage.logstores import is_local_uri
 
 from .files import normalised_schema, table_location
+from .partitioning import PartitionColumn, check_spec, create_spec
 from .stores import check_location
 
 CATALOG_EXAMPLE = ('catalog={"type": "sql", "uri": "sqlite:////data/iceberg/catalog.db", '
@@ -139,9 +140,10 @@ def load_table(catalog: Any, identifier: str) -> Any | None:
         return None
 
 
-def create_table(catalog: Any, identifier: str, schema: pa.Schema) -> Any:
-    """The table, made from the batch's schema if it does not exist (another process
-    making it at the same moment is fine)."""
+def create_table(catalog: Any, identifier: str, schema: pa.Schema,
+                 partition: Sequence[PartitionColumn] = ()) -> Any:
+    """The table, made from the batch's schema and partitioned by ``partition`` if it
+    does not exist (another process making it at the same moment is fine)."""
     from pyiceberg.exceptions import TableAlreadyExistsError
 
     namespace = identifier.rsplit(".", 1)[0]
@@ -151,7 +153,13 @@ def create_table(catalog: Any, identifier: str, schema: pa.Schema) -> Any:
         if not catalog.namespace_exists(namespace):
             raise
     try:
-        return catalog.create_table(identifier, schema=normalised_schema(schema))
+        if not partition:
+            return catalog.create_table(identifier, schema=normalised_schema(schema))
+        # One metadata commit makes the table with its spec: no reader sees it without.
+        creating = catalog.create_table_transaction(identifier,
+                                                    schema=normalised_schema(schema))
+        create_spec(creating, partition)
+        return creating.commit_transaction()
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
     except OSError as exc:  # the warehouse's store, unreachable or refusing
@@ -171,19 +179,16 @@ def create_table(catalog: Any, identifier: str, schema: pa.Schema) -> Any:
             "location, or create the table first") from None
 
 
-def check_table(table: Any, identifier: str, schema: pa.Schema) -> None:
+def check_table(table: Any, identifier: str, schema: pa.Schema,
+                partition: Sequence[PartitionColumn] = ()) -> None:
     """Refuse, before anything is written, a table the sink cannot write yet."""
     check_location(str(table.location()), f"the location of {identifier}")
-    if not table.spec().is_unpartitioned():
-        raise ConfigurationError(
-            f"the Iceberg table {identifier} is partitioned ({table.spec()}): IcebergSink "
-            "appends to unpartitioned tables so far",
-            fix="write an unpartitioned table (partitioned ones come next, issue 51)")
     columns = [f.name for f in table.schema().fields]
     if set(columns) != set(schema.names):
         raise SchemaMismatchError(
             f"the Iceberg table {identifier} has the columns {columns}, the batch "
             f"{schema.names}", fix="select the table's columns, or write another table")
+    check_spec(table, identifier, partition)
 
 
 def arrow_schema(table: Any) -> pa.Schema:

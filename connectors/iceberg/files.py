@@ -43,13 +43,22 @@ class DataFile:
     """Where the table's metadata will name it (``file:///...``)."""
     size: int
     rows: int
+    partition: tuple[str | None, ...] = ()
+    """Its partition record (``partitioning.encode``); empty when unpartitioned."""
+    spec_id: int | None = None
+    """The partition spec it was written for; None in a receipt of a version that wrote
+    unpartitioned tables only."""
 
     def as_json(self) -> dict[str, object]:
-        return {"path": self.uri, "size": self.size, "rows": self.rows}
+        return {"path": self.uri, "size": self.size, "rows": self.rows,
+                "partition": list(self.partition), "spec": self.spec_id}
 
     @staticmethod
-    def from_json(data: dict[str, object]) -> DataFile:
-        return DataFile(str(data["path"]), int(str(data["size"])), int(str(data["rows"])))
+    def from_json(data: dict[str, Any]) -> DataFile:
+        spec = data.get("spec")
+        return DataFile(str(data["path"]), int(str(data["size"])), int(str(data["rows"])),
+                        tuple(data.get("partition") or ()),
+                        None if spec is None else int(spec))
 
 
 def table_location(location: str) -> str:

@@ -8,7 +8,10 @@ Spark's own Iceberg sink where they apply:
   ``warehouse``...); Spark hands a Python format its option keys lower-cased, so a
   property with capitals goes in through the environment
   (``PYICEBERG_CATALOG__<NAME>__<PROPERTY>``), as pyiceberg reads it;
-* ``sparkeos.catalogName``: the catalog's name (default ``default``).
+* ``sparkeos.catalogName``: the catalog's name (default ``default``);
+* ``sparkeos.partitionBy``: the partition spec of a table the sink makes, in Spark
+  SQL's spellings, separated by commas (``"region, days(at), bucket(16, id)"``): Spark
+  gives a Python format no ``partitionBy(...)``. Left out: the table's own spec.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ class IcebergFormat(SinkFormat):
     format_name = "sparkeos-iceberg"
 
     def make_sink(self, options: Options, schema: pa.Schema) -> IcebergSink:
+        from .partitioning import split_option
         from .sink import IcebergSink
 
         return IcebergSink(table=options.require("path", '"db.orders"'),
                            catalog=options.with_prefix("sparkeos.catalog."),
-                           catalog_name=options.get("sparkeos.catalogName") or "default")
+                           catalog_name=options.get("sparkeos.catalogName") or "default",
+                           partition_by=split_option(options.get("sparkeos.partitionBy")))
 
 
 FORMATS = (IcebergFormat,)

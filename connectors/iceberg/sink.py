@@ -39,7 +39,7 @@ from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.upsertkeys import check_key, refuse_repeated_keys
 
-from . import catalog, files, stores, table, upsert
+from . import catalog, files, partitioning, stores, table, upsert
 from .files import DataFile
 
 
@@ -54,6 +54,10 @@ class IcebergHandle:
     """The table's location provider: where a data file of a given name goes."""
     parquet_options: dict[str, Any]
     """How the table's Parquet files are written (its codec)."""
+    spec: Any
+    """The table's partition spec when the attempt began (pyiceberg's ``PartitionSpec``)."""
+    schema: Any
+    """The table's Iceberg schema, which the spec's source IDs name."""
     written: list[DataFile] = field(default_factory=list)
     keys: set[tuple[object, ...]] = field(default_factory=set)
     """The upsert keys this attempt wrote (a repeat is refused)."""
@@ -73,6 +77,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
     key: tuple[str, ...] = ()
     """Upsert by these columns (an update-mode aggregation): each batch replaces the
     table's rows with its keys in phase 2, once, instead of appending."""
+    partition_by: tuple[str, ...] = ()
+    """A table the sink makes is partitioned so (Spark SQL's spellings: ``"region"``,
+    ``"days(at)"``, ``"bucket(16, id)"``); an existing one must be. Empty: its own spec."""
 
     guarantees: ClassVar[frozenset[Guarantee]] = frozenset(Guarantee)
     commit_steps: ClassVar[tuple[str, ...]] = ("batch_read", "committed")
@@ -85,6 +92,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
                                      fix='IcebergSink(..., catalog_name="default")')
         object.__setattr__(self, "key", (self.key,) if isinstance(self.key, str)
                            else tuple(self.key))
+        object.__setattr__(self, "partition_by", (self.partition_by,) if isinstance(
+            self.partition_by, str) else tuple(self.partition_by))
+        self.__dict__["_partition"] = partitioning.parse(self.partition_by)
         # Resolved here, on the driver, and pickled with the sink (as the Delta and file
         # sinks' stores): every process's pyiceberg reaches the same endpoint.
         store = stores.warehouse_store(self.catalog)
@@ -118,8 +128,13 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
     def validate(self, schema: pa.Schema) -> None:
         table.check_retry_hook()
         check_key(self.key, schema)
-        found = self._load() or catalog.create_table(self._catalog(), self.table, schema)
-        catalog.check_table(found, self.table, schema)
+        wanted = self.__dict__["_partition"]
+        partitioning.check_sources(wanted, schema)
+        found = self._load() or catalog.create_table(self._catalog(), self.table, schema,
+                                                     wanted)
+        catalog.check_table(found, self.table, schema, wanted)
+        if self.key:
+            partitioning.check_mergeable(found, self.table)
         stores.check_table_location(self.store.warehouse, str(found.location()),
                                     f"the location of {self.table}")
         self.store.table_files(files.table_location(str(found.location()))).check_writes()
@@ -136,7 +151,7 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         if not self.store.claim(root, txn.txn_id):
             raise _fenced(txn)
         return IcebergHandle(txn, root, catalog.arrow_schema(found), found.location_provider(),
-                             catalog.parquet_options(found))
+                             catalog.parquet_options(found), found.spec(), found.schema())
 
     def write(self, handle: IcebergHandle, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -144,17 +159,14 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         rows = _in_table_types(files.normalised(batch), handle.target, handle.txn)
         if self.key:  # staged whole, outside the table's data: phase 2 merges the rows
             refuse_repeated_keys(handle.keys, rows, self.key, handle.txn)
-            uri = upsert.staged_uri(handle.root, handle.txn, len(handle.written))
+            parts = [partitioning.Part(None, rows)]
+            uris = [upsert.staged_uri(handle.root, handle.txn, len(handle.written))]
         else:
-            name = f"sparkeos-{handle.txn.txn_id}-{len(handle.written):05d}.parquet"
-            uri = str(handle.data_location.new_data_location(name))
-        # Listed in the manifest first: a rollback finds every file it may leave.
-        self.store.write_manifest(handle.root, handle.txn.txn_id,
-                             [f.uri for f in handle.written] + [uri])
-        size = self.store.write_file(uri, rows, handle.parquet_options)
-        if size is None:  # a file of this attempt ID is in place: a zombie
-            raise _fenced(handle.txn)
-        handle.written.append(DataFile(uri, size, rows.num_rows))
+            parts = partitioning.split(rows, handle.spec, handle.schema)
+            uris = [str(handle.data_location.new_data_location(
+                f"sparkeos-{handle.txn.txn_id}-{len(handle.written) + n:05d}.parquet",
+                part.key)) for n, part in enumerate(parts)]
+        _write_files(self.store, handle, parts, uris)
 
     def prepare(self, handle: IcebergHandle) -> Receipt:
         return {"files": [f.as_json() for f in handle.written]}
@@ -208,7 +220,7 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
             table.merge_batch(load, rows, self.key, txn.query_key, txn.sink, txn.batch_id,
                               exactly_once=exactly_once)
         else:
-            table.commit_batch(load, uris, txn.query_key, txn.sink, txn.batch_id,
+            table.commit_batch(load, written, txn.query_key, txn.sink, txn.batch_id,
                                exactly_once=exactly_once)
 
     def _require_table(self) -> Any:
@@ -302,6 +314,21 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         described = super().describe()
         described["catalog"] = catalog.shown_properties(self.catalog)
         return described
+
+
+def _write_files(store: files.TableStore, handle: IcebergHandle,
+                 parts: Sequence[partitioning.Part], uris: Sequence[str]) -> None:
+    """Write each part's rows at its URI, every URI listed in the attempt's manifest
+    first (a rollback finds every file it may leave)."""
+    store.write_manifest(handle.root, handle.txn.txn_id,
+                         [f.uri for f in handle.written] + list(uris))
+    for part, uri in zip(parts, uris, strict=True):
+        size = store.write_file(uri, part.rows, handle.parquet_options)
+        if size is None:  # a file of this attempt ID is in place: a zombie
+            raise _fenced(handle.txn)
+        handle.written.append(DataFile(uri, size, part.rows.num_rows,
+                                       tuple(partitioning.encode(part.key)),
+                                       handle.spec.spec_id))
 
 
 def _require_files(sink: IcebergSink, txn: Transaction, written: Sequence[DataFile],

@@ -26,6 +26,9 @@ from typing import Any
 from sparkeos.core.errors import ConfigurationError, RetriableError, SchemaMismatchError
 from sparkeos.core.observe import log_event
 
+from . import partitioning
+from .files import DataFile
+
 COMMIT_ATTEMPTS = 20
 """Commits retried after a conflict (another writer committed first) before giving up;
 pyiceberg retries each of them a few times more (``commit.retry.num-retries``)."""
@@ -49,21 +52,70 @@ def holds(table: Any, query_key: str, sink: str, batch: int) -> bool:
     return done is not None and done >= batch
 
 
-def _data_files(table: Any, uris: Sequence[str], batch: int) -> list[Any]:
-    """The batch's files as the table's data files, read against its schema now: a
-    column another writer dropped or renamed since phase 1 is refused with the fix (the
-    batch stays decided; every retry would meet the same table)."""
+def _data_files(table: Any, written: Sequence[DataFile], batch: int) -> list[Any]:
+    """The batch's files as the table's data files, read against its schema now, with
+    the partition records phase 1 computed: a column another writer dropped or renamed
+    since phase 1, or a partition spec it changed, is refused with the fix (the batch
+    stays decided; every retry would meet the same table)."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
+    name = ".".join(table.name())
+    spec = table.spec()
+    for data_file in written:
+        if (spec.spec_id if data_file.spec_id is None and spec.is_unpartitioned()
+                else data_file.spec_id) != spec.spec_id:
+            raise SchemaMismatchError(
+                f"batch {batch}'s files were written for partition spec "
+                f"{data_file.spec_id}, the Iceberg table {name} is partitioned by spec "
+                f"{spec.spec_id} now (another writer changed its partitioning after the "
+                "batch was written)",
+                fix="set the table's partition spec back as it was (Iceberg reuses the "
+                "old spec then), then restart the query or run `sparkeos recover`: the "
+                "decided batch commits then; "
+                "change a table's partitioning while its query is stopped and "
+                "`sparkeos status` shows nothing in doubt")
     try:
-        return [parquet_file_to_data_file(table.io, table.metadata, uri) for uri in uris]
+        if spec.is_unpartitioned():
+            return [parquet_file_to_data_file(table.io, table.metadata, f.uri)
+                    for f in written]
+        return [_partitioned_data_file(table, f, spec) for f in written]
     except KeyError as exc:
-        name = ".".join(table.name())
         raise SchemaMismatchError(
             f"batch {batch}'s files have column {exc} that the Iceberg table {name} no "
             "longer has (another writer changed its schema after the batch was written)",
             fix="restore the column under its old name, then restart the query or run "
             "`sparkeos recover`: the decided batch commits then") from None
+
+
+def _partitioned_data_file(table: Any, written: DataFile, spec: Any) -> Any:
+    """``parquet_file_to_data_file`` with the partition record phase 1 computed (pyiceberg
+    would infer it from the file's column statistics, which cannot tell a bucket or a
+    long string's value)."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile as IcebergDataFile
+    from pyiceberg.manifest import DataFileContent, FileFormat
+
+    metadata = table.metadata
+    schema = metadata.schema()
+    with table.io.new_input(written.uri).open() as stream:
+        footer = pq.read_metadata(stream)
+    _check_pyarrow_schema_compatible(schema, footer.schema.to_arrow_schema(),
+                                     format_version=metadata.format_version)
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema))
+    return IcebergDataFile.from_args(
+        content=DataFileContent.DATA, file_path=written.uri, file_format=FileFormat.PARQUET,
+        partition=partitioning.decode(written.partition, spec, schema),
+        file_size_in_bytes=written.size, sort_order_id=None, spec_id=spec.spec_id,
+        equality_ids=None, key_metadata=None, **statistics.to_serialized_dict())
 
 
 def _commit_failures() -> tuple[type[Exception], ...]:
@@ -117,16 +169,16 @@ def _batch_transaction(table: Any, query_key: str, sink: str, batch: int | None)
     return _BatchTransaction(table)
 
 
-def commit_batch(load: Any, uris: Sequence[str], query_key: str, sink: str, batch: int,
-                 exactly_once: bool = True) -> bool:
-    """Add the files at ``uris`` to the table (``load()``: the table, loaded now) in one
+def commit_batch(load: Any, written: Sequence[DataFile], query_key: str, sink: str,
+                 batch: int, exactly_once: bool = True) -> bool:
+    """Add the files ``written`` to the table (``load()``: the table, loaded now) in one
     snapshot; False when the table already holds the batch (``exactly_once``; else no
     idempotence: the at-least-once path)."""
     data_files: list[Any] = []
 
     def append(table: Any, transaction: Any, summary: dict[str, str]) -> _Written:
         if not data_files:  # the footers are read once, not per attempt
-            data_files.extend(_data_files(table, uris, batch))
+            data_files.extend(_data_files(table, written, batch))
         with transaction.update_snapshot(snapshot_properties=summary).fast_append() as add:
             for data_file in data_files:
                 add.append_data_file(data_file)

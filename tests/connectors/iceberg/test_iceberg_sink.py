@@ -17,6 +17,7 @@ import pytest
 
 from sparkeos.connectors.iceberg import IcebergSink
 from sparkeos.connectors.iceberg import table as iceberg_table
+from sparkeos.connectors.iceberg.files import DataFile
 from sparkeos.connectors.iceberg.format import IcebergFormat
 from sparkeos.core.config import CoordinatorConfig, Guarantee
 from sparkeos.core.errors import AttemptFencedError, ConfigurationError, SchemaMismatchError
@@ -208,7 +209,8 @@ def test_a_twin_that_commits_the_batch_meanwhile_is_not_doubled(
     twin = IcebergSink("db.orders", catalog=catalog(tmp_path))
     twin_items = [(txn, dict(receipt)) for txn, receipt in items]
     stale = _stale_loads(monkeypatch, lambda: iceberg_table.commit_batch(
-        twin._load, [f["path"] for _, r in twin_items for f in r["files"]], "q1", "orders", 0))
+        twin._load, [DataFile.from_json(f) for _, r in twin_items for f in r["files"]],
+        "q1", "orders", 0))
     sink.commit_merged(items, recovering=False)
     assert stale and visible(sink) == [1, 2] and len(loaded(sink).snapshots()) == 1
 
@@ -269,8 +271,8 @@ def test_what_the_sink_cannot_do_is_refused_up_front(tmp_path: Path) -> None:
         sink.validate(pa.schema([("id", pa.int64())]))
     with sink._catalog().create_table("db.parted", schema=SCHEMA).update_spec() as spec:
         spec.add_identity("id")
-    with pytest.raises(ConfigurationError, match="partitioned"):
-        IcebergSink("db.parted", catalog=good).validate(SCHEMA)
+    with pytest.raises(ConfigurationError, match=r"partitioned by \['id'\], the sink by"):
+        IcebergSink("db.parted", catalog=good, partition_by=["payload"]).validate(SCHEMA)
     assert "secret" not in str(IcebergSink(
         "db.orders", catalog={**good, "uri": "postgresql://u:secret@localhost/cat"}).describe())
 
