@@ -103,8 +103,10 @@ def partition_dir(values: dict[str, str | None]) -> str:
 def write_file(where: TableFiles, relative: str, table: pa.Table) -> int | None:
     """Write one Parquet file into place, never over a file there
     (``TableFiles.write_new``): its size, or None if the name exists (this attempt is a
-    zombie of its ID)."""
-    return where.write_new(relative, lambda temporary: pq.write_table(table, temporary))
+    zombie of its ID). Decimals as integers where they fit (INT32 up to 9 digits, INT64
+    up to 18), as Spark's Parquet writer and delta-rs write them."""
+    return where.write_new(relative, lambda temporary: pq.write_table(
+        table, temporary, store_decimal_as_integer=True))
 
 
 def normalised(batch: pa.RecordBatch) -> pa.RecordBatch:

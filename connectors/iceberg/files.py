@@ -48,17 +48,23 @@ class DataFile:
     spec_id: int | None = None
     """The partition spec it was written for; None in a receipt of a version that wrote
     unpartitioned tables only."""
+    spec_fields: str | None = None
+    """That spec's fields (``partitioning.fingerprint``): a table made again under the
+    same name may give its spec the same ID."""
 
     def as_json(self) -> dict[str, object]:
         return {"path": self.uri, "size": self.size, "rows": self.rows,
-                "partition": list(self.partition), "spec": self.spec_id}
+                "partition": list(self.partition), "spec": self.spec_id,
+                "spec_fields": self.spec_fields}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> DataFile:
         spec = data.get("spec")
+        fields = data.get("spec_fields")
         return DataFile(str(data["path"]), int(str(data["size"])), int(str(data["rows"])),
                         tuple(data.get("partition") or ()),
-                        None if spec is None else int(spec))
+                        None if spec is None else int(spec),
+                        None if fields is None else str(fields))
 
 
 def table_location(location: str) -> str:

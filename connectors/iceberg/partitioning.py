@@ -21,12 +21,14 @@ row went into one part.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
 
@@ -94,8 +96,8 @@ def parse(entries: Sequence[str]) -> tuple[PartitionColumn, ...]:
     sources = [p.source for p in parsed]
     if len(set(sources)) != len(sources):
         raise ConfigurationError(
-            f"partition_by {list(entries)} partitions one column twice (Iceberg's writers "
-            "cannot tell its files apart then)", fix="one transform per column")
+            f"partition_by {list(entries)} partitions one column twice, which pyiceberg's "
+            "partition keys (the sink's) cannot hold", fix="one transform per column")
     return tuple(parsed)
 
 
@@ -130,9 +132,18 @@ def create_spec(transaction: Any, wanted: Sequence[PartitionColumn]) -> None:
 
     if not wanted:
         return
-    with transaction.update_spec() as update:
-        for column in wanted:
-            update.add_field(column.source, parse_transform(column.transform), column.name)
+    try:
+        with transaction.update_spec() as update:
+            for column in wanted:
+                update.add_field(column.source, parse_transform(column.transform),
+                                 column.name)
+    except (ValueError, TypeError) as exc:  # a transform of a type it does not take...
+        raise ConfigurationError(
+            f"cannot partition a table by {[c.shown() for c in wanted]}: {exc}",
+            fix="change partition_by: identity of a primitive column, years/months/days/"
+            "hours of a date or timestamp, bucket of an integer, decimal, date, time, "
+            "timestamp, string or binary, truncate of an integer, decimal, string or "
+            "binary; field names must not clash with columns") from None
 
 
 def check_spec(table: Any, identifier: str, wanted: Sequence[PartitionColumn]) -> None:
@@ -149,6 +160,12 @@ def check_spec(table: Any, identifier: str, wanted: Sequence[PartitionColumn]) -
             "sink follows the table's own spec), or another table")
     schema = table.schema()
     top_level = {f.name for f in schema.fields}
+    sources = [f.source_id for f in table.spec().fields]
+    if len(set(sources)) != len(sources):
+        raise ConfigurationError(
+            f"the Iceberg table {identifier} is partitioned by two transforms of one "
+            f"column ({[c.shown() for c in have]}), which pyiceberg's partition keys (the "
+            "sink's) cannot hold", fix="write a table with one transform per column")
     for field in table.spec().fields:
         source = schema.find_field(field.source_id)
         if schema.find_column_name(field.source_id) not in top_level:
@@ -162,8 +179,10 @@ def check_spec(table: Any, identifier: str, wanted: Sequence[PartitionColumn]) -
             raise ConfigurationError(
                 f"the Iceberg table {identifier}'s partition field {field.name} "
                 f"({field.transform} of {source.name}) cannot be computed here: {exc}",
-                fix="install pyiceberg-core (pip install 'sparkeos[iceberg]' brings it), "
-                "or partition the table by transforms pyiceberg computes") from None
+                fix="install pyiceberg-core (pip install 'sparkeos[iceberg]' brings it)"
+                if isinstance(exc, ModuleNotFoundError) else "write a table partitioned "
+                "by transforms pyiceberg computes (identity, years, months, days, hours, "
+                "bucket, truncate)") from None
 
 
 def check_sources(wanted: Sequence[PartitionColumn], schema: pa.Schema) -> None:
@@ -213,8 +232,10 @@ def split(rows: pa.Table, spec: Any, schema: Any) -> list[Part]:
     for field, name in zip(spec.fields, names, strict=True):
         source = schema.find_field(field.source_id)
         column = rows.column(str(schema.find_column_name(field.source_id)))
-        keyed = keyed.append_column(
-            name, field.transform.pyarrow_transform(source.field_type)(column))
+        value = field.transform.pyarrow_transform(source.field_type)(column)
+        if pa.types.is_floating(value.type):  # every NaN one group, whatever its bits
+            value = pc.if_else(pc.is_nan(value), pa.scalar(math.nan, value.type), value)
+        keyed = keyed.append_column(name, value)
     keyed = keyed.append_column("_sparkeos_row", pa.array(range(rows.num_rows), pa.int64()))
     groups = keyed.group_by(names, use_threads=False).aggregate([("_sparkeos_row", "list")])
     parts = []
@@ -229,6 +250,20 @@ def split(rows: pa.Table, spec: Any, schema: Any) -> list[Part]:
             f"splitting {rows.num_rows} rows by the partition spec {spec} gave "
             f"{sum(p.rows.num_rows for p in parts)}", fix="report this as a bug")
     return parts
+
+
+def fingerprint(spec: Any) -> str:
+    """A spec's fields (source column ID, partition field ID, transform), as a receipt
+    records them."""
+    return ";".join(f"{f.source_id}:{f.field_id}:{f.transform}" for f in spec.fields)
+
+
+def written_for(spec_id: int | None, spec_fields: str | None, spec: Any) -> bool:
+    """Whether a file written for the spec ``spec_id`` (with the fields ``spec_fields``;
+    None: from a receipt that did not record them) belongs to ``spec``."""
+    if spec_id is None:  # a receipt of a version that wrote unpartitioned tables only
+        return bool(spec.is_unpartitioned())
+    return spec_id == spec.spec_id and spec_fields in (None, fingerprint(spec))
 
 
 def encode(key: Any) -> list[str | None]:
@@ -258,6 +293,20 @@ def decode(encoded: Sequence[str | None], spec: Any, schema: Any) -> Any:
     return Record(*values)
 
 
-__all__ = ["EXAMPLE", "Part", "PartitionColumn", "check_mergeable", "check_sources",
-           "check_spec", "columns_of", "create_spec",
-           "decode", "encode", "parse", "split", "split_option"]
+__all__ = [
+    "EXAMPLE",
+    "Part",
+    "PartitionColumn",
+    "check_mergeable",
+    "check_sources",
+    "check_spec",
+    "columns_of",
+    "create_spec",
+    "decode",
+    "encode",
+    "fingerprint",
+    "parse",
+    "split",
+    "split_option",
+    "written_for",
+]

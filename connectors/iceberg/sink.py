@@ -21,6 +21,7 @@ pyiceberg, no JVM.
 from __future__ import annotations
 
 import dataclasses
+import errno
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -32,6 +33,7 @@ from sparkeos.core.errors import (
     AttemptFencedError,
     ConfigurationError,
     DataLossError,
+    DataRejectedError,
     SchemaMismatchError,
 )
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
@@ -39,7 +41,7 @@ from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.upsertkeys import check_key, refuse_repeated_keys
 
-from . import catalog, files, partitioning, stores, table, upsert
+from . import catalog, files, partitioning, respec, stores, table, upsert
 from .files import DataFile
 
 
@@ -220,8 +222,7 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
             table.merge_batch(load, rows, self.key, txn.query_key, txn.sink, txn.batch_id,
                               exactly_once=exactly_once)
         else:
-            table.commit_batch(load, written, txn.query_key, txn.sink, txn.batch_id,
-                               exactly_once=exactly_once)
+            _append(self.store, load, txn, written, exactly_once)
 
     def _require_table(self) -> Any:
         found = self._load()
@@ -316,6 +317,19 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         return described
 
 
+def _append(store: files.TableStore, load: Any, txn: Transaction,
+            written: Sequence[DataFile], exactly_once: bool) -> None:
+    """Commit the batch's files, those written for another partition spec than the
+    table's rewritten into it (``respec``; the originals deleted once it landed)."""
+    replaced: list[str] = []
+    if table.commit_batch(load, written, txn.query_key, txn.sink, txn.batch_id,
+                          exactly_once=exactly_once, in_spec=lambda found, files:
+                          respec.in_spec(store, found, files, replaced)) and replaced:
+        # At least once, an earlier commit of the originals may have landed unseen.
+        kept = table.referenced(load(), replaced)
+        store.delete_files([uri for uri in replaced if uri not in kept])
+
+
 def _write_files(store: files.TableStore, handle: IcebergHandle,
                  parts: Sequence[partitioning.Part], uris: Sequence[str]) -> None:
     """Write each part's rows at its URI, every URI listed in the attempt's manifest
@@ -323,12 +337,22 @@ def _write_files(store: files.TableStore, handle: IcebergHandle,
     store.write_manifest(handle.root, handle.txn.txn_id,
                          [f.uri for f in handle.written] + list(uris))
     for part, uri in zip(parts, uris, strict=True):
-        size = store.write_file(uri, part.rows, handle.parquet_options)
+        try:
+            size = store.write_file(uri, part.rows, handle.parquet_options)
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            raise DataRejectedError(
+                f"a partition's directory name is too long for the file system: {uri}",
+                sink=handle.txn.sink, batch_id=handle.txn.batch_id,
+                fix="partition the table by truncate(W, column) or bucket(N, column) "
+                "instead of the column's whole value") from None
         if size is None:  # a file of this attempt ID is in place: a zombie
             raise _fenced(handle.txn)
         handle.written.append(DataFile(uri, size, part.rows.num_rows,
                                        tuple(partitioning.encode(part.key)),
-                                       handle.spec.spec_id))
+                                       handle.spec.spec_id,
+                                       partitioning.fingerprint(handle.spec)))
 
 
 def _require_files(sink: IcebergSink, txn: Transaction, written: Sequence[DataFile],

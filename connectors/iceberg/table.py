@@ -19,7 +19,7 @@ import functools
 import logging
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,27 +53,22 @@ def holds(table: Any, query_key: str, sink: str, batch: int) -> bool:
 
 
 def _data_files(table: Any, written: Sequence[DataFile], batch: int) -> list[Any]:
-    """The batch's files as the table's data files, read against its schema now, with
-    the partition records phase 1 computed: a column another writer dropped or renamed
-    since phase 1, or a partition spec it changed, is refused with the fix (the batch
-    stays decided; every retry would meet the same table)."""
+    """The batch's files as the table's data files, read against its schema and
+    partition spec now (``written``: all in that spec; the sink rewrites those of
+    another first): a column another writer dropped or renamed since phase 1 is refused
+    with the fix (the batch stays decided; every retry would meet the same table)."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     name = ".".join(table.name())
     spec = table.spec()
-    for data_file in written:
-        if (spec.spec_id if data_file.spec_id is None and spec.is_unpartitioned()
-                else data_file.spec_id) != spec.spec_id:
-            raise SchemaMismatchError(
-                f"batch {batch}'s files were written for partition spec "
-                f"{data_file.spec_id}, the Iceberg table {name} is partitioned by spec "
-                f"{spec.spec_id} now (another writer changed its partitioning after the "
-                "batch was written)",
-                fix="set the table's partition spec back as it was (Iceberg reuses the "
-                "old spec then), then restart the query or run `sparkeos recover`: the "
-                "decided batch commits then; "
-                "change a table's partitioning while its query is stopped and "
-                "`sparkeos status` shows nothing in doubt")
+    other = [f.uri for f in written
+             if not partitioning.written_for(f.spec_id, f.spec_fields, spec)]
+    if other:
+        raise SchemaMismatchError(
+            f"batch {batch}'s files {other[:3]} were written for another partition spec "
+            f"than the Iceberg table {name}'s now ({spec})",
+            fix="restart the query or run `sparkeos recover`: the commit rewrites them "
+            "into the table's spec")
     try:
         if spec.is_unpartitioned():
             return [parquet_file_to_data_file(table.io, table.metadata, f.uri)
@@ -103,7 +98,8 @@ def _partitioned_data_file(table: Any, written: DataFile, spec: Any) -> Any:
 
     metadata = table.metadata
     schema = metadata.schema()
-    with table.io.new_input(written.uri).open() as stream:
+    input_file = table.io.new_input(written.uri)
+    with input_file.open() as stream:
         footer = pq.read_metadata(stream)
     _check_pyarrow_schema_compatible(schema, footer.schema.to_arrow_schema(),
                                      format_version=metadata.format_version)
@@ -114,7 +110,7 @@ def _partitioned_data_file(table: Any, written: DataFile, spec: Any) -> Any:
     return IcebergDataFile.from_args(
         content=DataFileContent.DATA, file_path=written.uri, file_format=FileFormat.PARQUET,
         partition=partitioning.decode(written.partition, spec, schema),
-        file_size_in_bytes=written.size, sort_order_id=None, spec_id=spec.spec_id,
+        file_size_in_bytes=len(input_file), sort_order_id=None, spec_id=spec.spec_id,
         equality_ids=None, key_metadata=None, **statistics.to_serialized_dict())
 
 
@@ -155,32 +151,49 @@ class _BatchHeld(Exception):
     ones the table now references (a delete adds no snapshot pyiceberg could find)."""
 
 
+class _SpecChanged(Exception):
+    """Raised out of pyiceberg's retry when the table's partition spec is no longer the
+    one the attempt's data files were made for: pyiceberg would put them in a manifest
+    of the new spec. The commit builds its files again on the table as it is."""
+
+
 def _batch_transaction(table: Any, query_key: str, sink: str, batch: int | None) -> Any:
     from pyiceberg.table import Transaction
 
+    spec = partitioning.fingerprint(table.spec()), table.spec().spec_id
+
     class _BatchTransaction(Transaction):  # type: ignore[misc]
-        """A transaction whose own retries stop when the table holds the batch."""
+        """A transaction whose own retries stop when the table holds the batch, or when
+        its partition spec changed."""
 
         def _rebuild_snapshot_updates(self) -> None:
             if batch is not None and holds(self._table, query_key, sink, batch):
                 raise _BatchHeld(f"batch {batch} is in the table")
+            now = self._table.spec()
+            if (partitioning.fingerprint(now), now.spec_id) != spec:
+                raise _SpecChanged(f"the partition spec changed to {now}")
             super()._rebuild_snapshot_updates()
 
     return _BatchTransaction(table)
 
 
 def commit_batch(load: Any, written: Sequence[DataFile], query_key: str, sink: str,
-                 batch: int, exactly_once: bool = True) -> bool:
+                 batch: int, exactly_once: bool = True,
+                 in_spec: Callable[[Any, Sequence[DataFile]], Sequence[DataFile]] | None
+                 = None) -> bool:
     """Add the files ``written`` to the table (``load()``: the table, loaded now) in one
     snapshot; False when the table already holds the batch (``exactly_once``; else no
-    idempotence: the at-least-once path)."""
-    data_files: list[Any] = []
+    idempotence: the at-least-once path). ``in_spec(table, written)``: the files in the
+    table's partition spec (those written for another rewritten into it)."""
+    built: dict[tuple[str, int], list[Any]] = {}
 
     def append(table: Any, transaction: Any, summary: dict[str, str]) -> _Written:
-        if not data_files:  # the footers are read once, not per attempt
-            data_files.extend(_data_files(table, written, batch))
+        spec = partitioning.fingerprint(table.spec()), table.spec().spec_id
+        if spec not in built:  # the footers are read once per spec, not per attempt
+            files = in_spec(table, written) if in_spec is not None else written
+            built[spec] = _data_files(table, files, batch)
         with transaction.update_snapshot(snapshot_properties=summary).fast_append() as add:
-            for data_file in data_files:
+            for data_file in built[spec]:
                 add.append_data_file(data_file)
         return _Written()  # the attempt's own files: its rollback's and the sweep's
 
@@ -286,6 +299,9 @@ def _commit(load: Any, query_key: str, sink: str, batch: int, exactly_once: bool
             except _BatchHeld:
                 failed.append(written)
                 return False
+            except _SpecChanged:
+                failed.append(written)
+                continue  # built again for the spec the table has now
             except (CommitFailedException, ValidationException) as exc:
                 failed.append(written)
                 if not isinstance(exc, retried):
