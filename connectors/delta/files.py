@@ -74,11 +74,10 @@ def value_text(value: object) -> str | None:
     return str(value)
 
 
-def split_by_partition(batch: pa.RecordBatch, columns: Sequence[str]
+def split_by_partition(table: pa.Table, columns: Sequence[str]
                        ) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
-    """The batch's rows per partition (partition columns dropped, as Delta stores them
-    only in the log)."""
-    table = pa.Table.from_batches([batch])
+    """The rows per partition (partition columns dropped, as Delta stores them only in
+    the log)."""
     if not columns:
         yield {}, table
         return

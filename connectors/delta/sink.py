@@ -1,12 +1,13 @@
 """Exactly-once appends (and upserts by key) to a Delta Lake table on a local path or
 S3 (``stores.py``), written with delta-rs (``deltalake``), no JVM.
 
-- **Phase 1** (a task): the attempt writes its rows as Parquet files into the table's
-  directory (``col=value/`` directories for ``partition_by``), named after its
-  transaction ID, and lists each one in its manifest before writing it (``files.py``).
-  Nothing references them yet: readers do not see them.
-- **Prepare**: the files and the manifest are fsynced; the receipt names the files with
-  what a Delta add action needs (size, partition values, rows).
+- **Phase 1** (a task): the attempt holds its rows until a file's worth
+  (``core/rowbuffer.py``), then writes them as Parquet files into the table's directory
+  (``col=value/`` directories for ``partition_by``), named after its transaction ID, and
+  lists each one in its manifest before writing it (``files.py``). Nothing references
+  them yet: readers do not see them.
+- **Prepare**: the rows still held are written; the receipt names the files with what
+  a Delta add action needs (size, partition values, rows).
 - **Commit**: one Delta commit adds every file of the batch (the decision groups all
   participants under one committer: ``merges_commits``), with a ``SetTransaction`` of
   app ID ``sparkeos.<query key>.<sink>`` and version = batch, which makes it idempotent
@@ -31,6 +32,7 @@ import pyarrow as pa
 from sparkeos.core.config import Guarantee
 from sparkeos.core.errors import AttemptFencedError, ConfigurationError, DataLossError
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.rowbuffer import RowBuffer
 from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.storage.attempts import TableFiles
@@ -47,6 +49,8 @@ class DeltaHandle:
     schema: pa.Schema | None = None
     keys: set[tuple[object, ...]] = field(default_factory=set)
     """The upsert keys this attempt wrote (a repeat is refused)."""
+    held: RowBuffer = field(default_factory=RowBuffer)
+    """Rows not written yet: a file's worth, or what prepare writes."""
 
 
 @dataclass(frozen=True)
@@ -125,28 +129,13 @@ class DeltaSink(TransactionalSink[DeltaHandle]):
             return
         batch = files.normalised(batch.replace_schema_metadata(None))
         handle.schema = batch.schema
-        if self.key:  # staged whole, outside the table: phase 2 merges the rows
+        if self.key:
             refuse_repeated_keys(handle.keys, batch, self.key, handle.txn)
-            self._write_file(handle, upsert.staged_path(handle.txn, len(handle.written)),
-                             pa.Table.from_batches([batch]), {})
-            return
-        for values, rows in files.split_by_partition(batch, self.partition_by):
-            directory = files.partition_dir(values)
-            name = f"part-{len(handle.written):05d}-{handle.txn.txn_id}.parquet"
-            self._write_file(handle, f"{directory}/{name}" if directory else name, rows,
-                             values)
-
-    def _write_file(self, handle: DeltaHandle, relative: str, rows: pa.Table,
-                    values: dict[str, str | None]) -> None:
-        """Listed in the manifest first: a rollback finds every file it may leave."""
-        self.where.write_manifest(handle.txn.txn_id,
-                                  [f.path for f in handle.written] + [relative])
-        size = files.write_file(self.where, relative, rows)
-        if size is None:  # a file of this attempt ID is in place: a zombie
-            raise _fenced(handle.txn)
-        handle.written.append(DataFile(relative, size, values, rows.num_rows))
+        if handle.held.add(pa.Table.from_batches([batch])):  # a file's worth: written now
+            _write_held(self.where, handle, bool(self.key), self.partition_by)
 
     def prepare(self, handle: DeltaHandle) -> Receipt:
+        _write_held(self.where, handle, bool(self.key), self.partition_by)
         receipt: Receipt = {"files": [f.as_json() for f in handle.written]}
         if handle.schema is not None and handle.written:
             # The table's schema when the batch creates it (its files lack the
@@ -306,6 +295,34 @@ def _table_or_batch_schema(where: TableFiles, receipts: Sequence[Receipt]) -> pa
         if receipt.get("schema"):
             return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(receipt["schema"])))
     return None
+
+
+def _write_held(where: TableFiles, handle: DeltaHandle, staged: bool,
+                partition_by: Sequence[str]) -> None:
+    """Write the rows the attempt holds: an upsert's ``staged`` whole, outside the table
+    (phase 2 merges them); else a file per partition."""
+    rows = handle.held.take()
+    if rows is None:
+        return
+    if staged:
+        _write_file(where, handle, upsert.staged_path(handle.txn, len(handle.written)),
+                    rows, {})
+        return
+    for values, part in files.split_by_partition(rows, partition_by):
+        directory = files.partition_dir(values)
+        name = f"part-{len(handle.written):05d}-{handle.txn.txn_id}.parquet"
+        _write_file(where, handle, f"{directory}/{name}" if directory else name, part,
+                    values)
+
+
+def _write_file(where: TableFiles, handle: DeltaHandle, relative: str, rows: pa.Table,
+                values: dict[str, str | None]) -> None:
+    """Listed in the manifest first: a rollback finds every file it may leave."""
+    where.write_manifest(handle.txn.txn_id, [f.path for f in handle.written] + [relative])
+    size = files.write_file(where, relative, rows)
+    if size is None:  # a file of this attempt ID is in place: a zombie
+        raise _fenced(handle.txn)
+    handle.written.append(DataFile(relative, size, values, rows.num_rows))
 
 
 def _fenced(txn: Transaction) -> AttemptFencedError:

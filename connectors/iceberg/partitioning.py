@@ -141,7 +141,7 @@ def create_spec(transaction: Any, wanted: Sequence[PartitionColumn]) -> None:
         raise ConfigurationError(
             f"cannot partition a table by {[c.shown() for c in wanted]}: {exc}",
             fix="change partition_by: identity of a primitive column, years/months/days/"
-            "hours of a date or timestamp, bucket of an integer, decimal, date, time, "
+            "hours of a date or timestamp, bucket of an integer, decimal, date, "
             "timestamp, string or binary, truncate of an integer, decimal, string or "
             "binary; field names must not clash with columns") from None
 
@@ -168,6 +168,11 @@ def check_spec(table: Any, identifier: str, wanted: Sequence[PartitionColumn]) -
             "sink's) cannot hold", fix="write a table with one transform per column")
     for field in table.spec().fields:
         source = schema.find_field(field.source_id)
+        if str(field.transform).startswith("bucket") and str(source.field_type) == "time":
+            raise ConfigurationError(
+                f"the Iceberg table {identifier} buckets the time column {source.name}, "
+                "which pyiceberg cannot compute (its own append fails the same way)",
+                fix="bucket another column, or partition by hours of a timestamp")
         if schema.find_column_name(field.source_id) not in top_level:
             raise ConfigurationError(
                 f"the Iceberg table {identifier} is partitioned by a field inside a "
@@ -220,18 +225,22 @@ class Part:
     rows: pa.Table
 
 
-def split(rows: pa.Table, spec: Any, schema: Any) -> list[Part]:
+def split(rows: pa.Table, spec: Any, schema: Any, sources: pa.Table | None = None
+          ) -> list[Part]:
     """``rows`` (in the table's schema) by the partition ``spec`` of the Iceberg
-    ``schema``: every row in exactly one part."""
+    ``schema``: every row in exactly one part. ``sources``: the same rows under the
+    schema's current names (``by_field_id``), where ``rows`` are a file's as written."""
     if spec.is_unpartitioned():
         return [Part(None, rows)]
     from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+
+    named = rows if sources is None else sources
 
     names = [f"_sparkeos_partition_{i}" for i in range(len(spec.fields))]
     keyed = rows
     for field, name in zip(spec.fields, names, strict=True):
         source = schema.find_field(field.source_id)
-        column = rows.column(str(schema.find_column_name(field.source_id)))
+        column = named.column(str(schema.find_column_name(field.source_id)))
         value = field.transform.pyarrow_transform(source.field_type)(column)
         if pa.types.is_floating(value.type):  # every NaN one group, whatever its bits
             value = pc.if_else(pc.is_nan(value), pa.scalar(math.nan, value.type), value)
@@ -250,6 +259,29 @@ def split(rows: pa.Table, spec: Any, schema: Any) -> list[Part]:
             f"splitting {rows.num_rows} rows by the partition spec {spec} gave "
             f"{sum(p.rows.num_rows for p in parts)}", fix="report this as a bug")
     return parts
+
+
+def by_field_id(rows: pa.Table, spec: Any, schema: Any) -> pa.Table:
+    """A data file's ``rows`` under the Iceberg ``schema``'s current names, found by
+    each column's field ID (another writer may have renamed or swapped columns since
+    the file was written); a partition source the file lacks (added since) is null, as
+    Iceberg reads a column a file lacks."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    columns, names = [], []
+    for position, column in enumerate(rows.schema):
+        field_id = (column.metadata or {}).get(b"PARQUET:field_id")
+        name = schema.find_column_name(int(field_id)) if field_id is not None else None
+        if name is not None:
+            columns.append(rows.column(position))
+            names.append(name)
+    for field in spec.fields:
+        name = schema.find_column_name(field.source_id)
+        if name not in names:
+            kind = schema_to_pyarrow(schema.find_field(field.source_id).field_type)
+            columns.append(pa.nulls(rows.num_rows, kind))
+            names.append(name)
+    return pa.table(columns, names=names)
 
 
 def fingerprint(spec: Any) -> str:

@@ -17,15 +17,17 @@ twice.
 from __future__ import annotations
 
 import io
+import logging
 import posixpath
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow.parquet as pq
 
-from sparkeos.core.errors import SchemaMismatchError
+from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
+from sparkeos.core.observe import log_event
 
-from . import catalog, partitioning
+from . import catalog, partitioning, table
 from .files import DataFile, TableStore
 
 
@@ -34,6 +36,14 @@ def in_spec(store: TableStore, table: Any, written: Sequence[DataFile],
     """``written`` in the table's current spec: the files of another spec rewritten
     into it (their URIs added to ``replaced``)."""
     spec = table.spec()
+    if any(not partitioning.written_for(f.spec_id, f.spec_fields, spec) for f in written):
+        try:  # a spec this process cannot write (another writer chose it): said so
+            partitioning.check_spec(table, ".".join(table.name()), ())
+        except ConfigurationError as exc:
+            raise SchemaMismatchError(
+                f"the batch's files must move into the table's new partition spec: "
+                f"{exc.problem}", fix=f"{exc.fix}; then restart the query or run "
+                "`sparkeos recover`: the decided batch commits then") from None
     found: list[DataFile] = []
     for data_file in written:
         if partitioning.written_for(data_file.spec_id, data_file.spec_fields, spec):
@@ -47,14 +57,8 @@ def in_spec(store: TableStore, table: Any, written: Sequence[DataFile],
 def _rewritten(store: TableStore, table: Any, data_file: DataFile) -> list[DataFile]:
     spec, schema = table.spec(), table.schema()
     rows = pq.read_table(io.BytesIO(store.read(data_file.uri)))
-    try:
-        parts = partitioning.split(rows, spec, schema)
-    except KeyError as exc:
-        raise SchemaMismatchError(
-            f"the data file {data_file.uri} lacks the column {exc} that the Iceberg table "
-            f"{'.'.join(table.name())}'s partition spec ({spec}) now partitions by",
-            fix="restore the table's partitioning as it was when the batch was written, "
-            "then restart the query or run `sparkeos recover`") from None
+    parts = partitioning.split(rows, spec, schema,
+                               partitioning.by_field_id(rows, spec, schema))
     stem = posixpath.basename(data_file.uri).removesuffix(".parquet")
     provider = table.location_provider()
     options = catalog.parquet_options(table)
@@ -72,4 +76,19 @@ def _rewritten(store: TableStore, table: Any, data_file: DataFile) -> list[DataF
     return moved
 
 
-__all__ = ["in_spec"]
+def delete_replaced(store: TableStore, load: Any, replaced: Sequence[str],
+                    txn: Any) -> None:
+    """Delete the originals of the files a landed commit rewrote, but any a snapshot
+    holds: the commit that landed may have been built for a spec the table went back to
+    (it holds the originals then), and at least once an earlier commit of them may have
+    landed unseen (a lost reply). Never fails the landed commit: a file left is an
+    orphan."""
+    try:
+        kept = table.referenced(load(), replaced)
+        store.delete_files([uri for uri in replaced if uri not in kept])
+    except Exception as exc:
+        log_event("iceberg.cleanup_failed", logging.WARNING, sink=txn.sink,
+                  batch=txn.batch_id, cause=str(exc))
+
+
+__all__ = ["delete_replaced", "in_spec"]

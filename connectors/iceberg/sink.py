@@ -4,12 +4,14 @@ pyiceberg, no JVM.
 
 - **validate** (driver, before each batch): the table is made from the batch's schema
   if the catalog has none; a table the sink cannot write yet is refused (``catalog.py``).
-- **Phase 1** (a task): the attempt writes its rows as Parquet files, with the table's
-  field IDs, where the table keeps its data files, named after its transaction ID, and
-  lists each one in its manifest before writing it (``files.py``). No snapshot
-  references them yet: readers do not see them.
-- **Prepare**: the files and the manifest are fsynced; the receipt names the files
-  (size, rows).
+- **Phase 1** (a task): the attempt holds its rows until a file's worth
+  (``core/rowbuffer.py``), then writes them as Parquet files, with the table's field
+  IDs, a file per partition of the table's spec (``partitioning.py``), where the table
+  keeps its data files, named after its transaction ID, and lists each one in its
+  manifest before writing it (``files.py``). No snapshot references them yet: readers
+  do not see them.
+- **Prepare**: the rows still held are written; the receipt names the files (size,
+  rows, partition record and spec).
 - **Commit**: one fast append adds every file of the batch (the decision groups all
   participants under one committer: ``merges_commits``), and sets the table property
   ``sparkeos.batch.<query key>.<sink>`` to the batch in the same metadata commit, which
@@ -37,6 +39,7 @@ from sparkeos.core.errors import (
     SchemaMismatchError,
 )
 from sparkeos.core.protocol import Receipt, Transaction, TransactionalSink, TxnState
+from sparkeos.core.rowbuffer import RowBuffer
 from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.upsertkeys import check_key, refuse_repeated_keys
@@ -63,6 +66,8 @@ class IcebergHandle:
     written: list[DataFile] = field(default_factory=list)
     keys: set[tuple[object, ...]] = field(default_factory=set)
     """The upsert keys this attempt wrote (a repeat is refused)."""
+    held: RowBuffer = field(default_factory=RowBuffer)
+    """Rows not written yet: a file's worth, or what prepare writes."""
 
 
 @dataclass(frozen=True)
@@ -159,18 +164,13 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         if batch.num_rows == 0:
             return
         rows = _in_table_types(files.normalised(batch), handle.target, handle.txn)
-        if self.key:  # staged whole, outside the table's data: phase 2 merges the rows
+        if self.key:
             refuse_repeated_keys(handle.keys, rows, self.key, handle.txn)
-            parts = [partitioning.Part(None, rows)]
-            uris = [upsert.staged_uri(handle.root, handle.txn, len(handle.written))]
-        else:
-            parts = partitioning.split(rows, handle.spec, handle.schema)
-            uris = [str(handle.data_location.new_data_location(
-                f"sparkeos-{handle.txn.txn_id}-{len(handle.written) + n:05d}.parquet",
-                part.key)) for n, part in enumerate(parts)]
-        _write_files(self.store, handle, parts, uris)
+        if handle.held.add(rows):  # a file's worth: written now, the rest at prepare
+            _write_held(self.store, handle, bool(self.key))
 
     def prepare(self, handle: IcebergHandle) -> Receipt:
+        _write_held(self.store, handle, bool(self.key))
         return {"files": [f.as_json() for f in handle.written]}
 
     # -- phase 2 -------------------------------------------------------------------------
@@ -322,12 +322,35 @@ def _append(store: files.TableStore, load: Any, txn: Transaction,
     """Commit the batch's files, those written for another partition spec than the
     table's rewritten into it (``respec``; the originals deleted once it landed)."""
     replaced: list[str] = []
-    if table.commit_batch(load, written, txn.query_key, txn.sink, txn.batch_id,
-                          exactly_once=exactly_once, in_spec=lambda found, files:
-                          respec.in_spec(store, found, files, replaced)) and replaced:
-        # At least once, an earlier commit of the originals may have landed unseen.
-        kept = table.referenced(load(), replaced)
-        store.delete_files([uri for uri in replaced if uri not in kept])
+    try:
+        landed = table.commit_batch(
+            load, written, txn.query_key, txn.sink, txn.batch_id, exactly_once=exactly_once,
+            in_spec=lambda found, files: respec.in_spec(store, found, files, replaced))
+    except FileNotFoundError:
+        # A twin landed the batch and deleted the files it rewrote after our check.
+        found = load()
+        if exactly_once and table.holds(found, txn.query_key, txn.sink, txn.batch_id):
+            return
+        raise
+    if landed and replaced:
+        respec.delete_replaced(store, load, replaced, txn)
+
+
+def _write_held(store: files.TableStore, handle: IcebergHandle, staged: bool) -> None:
+    """Write the rows the attempt holds: an upsert's ``staged`` whole, outside the
+    table's data (phase 2 merges them); else a file per partition of the table's spec."""
+    rows = handle.held.take()
+    if rows is None:
+        return
+    if staged:
+        parts = [partitioning.Part(None, rows)]
+        uris = [upsert.staged_uri(handle.root, handle.txn, len(handle.written))]
+    else:
+        parts = partitioning.split(rows, handle.spec, handle.schema)
+        uris = [str(handle.data_location.new_data_location(
+            f"sparkeos-{handle.txn.txn_id}-{len(handle.written) + n:05d}.parquet",
+            part.key)) for n, part in enumerate(parts)]
+    _write_files(store, handle, parts, uris)
 
 
 def _write_files(store: files.TableStore, handle: IcebergHandle,

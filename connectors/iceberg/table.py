@@ -55,10 +55,8 @@ def holds(table: Any, query_key: str, sink: str, batch: int) -> bool:
 def _data_files(table: Any, written: Sequence[DataFile], batch: int) -> list[Any]:
     """The batch's files as the table's data files, read against its schema and
     partition spec now (``written``: all in that spec; the sink rewrites those of
-    another first): a column another writer dropped or renamed since phase 1 is refused
+    another first): a column another writer dropped since phase 1 is refused
     with the fix (the batch stays decided; every retry would meet the same table)."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
     name = ".".join(table.name())
     spec = table.spec()
     other = [f.uri for f in written
@@ -70,10 +68,7 @@ def _data_files(table: Any, written: Sequence[DataFile], batch: int) -> list[Any
             fix="restart the query or run `sparkeos recover`: the commit rewrites them "
             "into the table's spec")
     try:
-        if spec.is_unpartitioned():
-            return [parquet_file_to_data_file(table.io, table.metadata, f.uri)
-                    for f in written]
-        return [_partitioned_data_file(table, f, spec) for f in written]
+        return [_data_file(table, f, spec) for f in written]
     except KeyError as exc:
         raise SchemaMismatchError(
             f"batch {batch}'s files have column {exc} that the Iceberg table {name} no "
@@ -82,35 +77,38 @@ def _data_files(table: Any, written: Sequence[DataFile], batch: int) -> list[Any
             "`sparkeos recover`: the decided batch commits then") from None
 
 
-def _partitioned_data_file(table: Any, written: DataFile, spec: Any) -> Any:
-    """``parquet_file_to_data_file`` with the partition record phase 1 computed (pyiceberg
-    would infer it from the file's column statistics, which cannot tell a bucket or a
-    long string's value)."""
+def _data_file(table: Any, written: DataFile, spec: Any) -> Any:
+    """pyiceberg's ``parquet_file_to_data_file``, but with the partition record phase 1
+    computed (pyiceberg infers it from the file's column statistics, which cannot tell a
+    bucket or a long string's value) and each column's statistics under the field ID
+    the file itself carries (pyiceberg maps them by the table's current names, which
+    another writer may have renamed or swapped since)."""
     import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import (
         _check_pyarrow_schema_compatible,
         compute_statistics_plan,
         data_file_statistics_from_parquet_metadata,
         parquet_path_to_id_mapping,
+        pyarrow_to_schema,
     )
     from pyiceberg.manifest import DataFile as IcebergDataFile
     from pyiceberg.manifest import DataFileContent, FileFormat
 
     metadata = table.metadata
     schema = metadata.schema()
-    input_file = table.io.new_input(written.uri)
-    with input_file.open() as stream:
+    with table.io.new_input(written.uri).open() as stream:
         footer = pq.read_metadata(stream)
-    _check_pyarrow_schema_compatible(schema, footer.schema.to_arrow_schema(),
-                                     format_version=metadata.format_version)
+        size = stream.size()
+    in_file = footer.schema.to_arrow_schema()
+    _check_pyarrow_schema_compatible(schema, in_file, format_version=metadata.format_version)
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=footer,
         stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema))
+        parquet_column_mapping=parquet_path_to_id_mapping(pyarrow_to_schema(in_file)))
     return IcebergDataFile.from_args(
         content=DataFileContent.DATA, file_path=written.uri, file_format=FileFormat.PARQUET,
         partition=partitioning.decode(written.partition, spec, schema),
-        file_size_in_bytes=len(input_file), sort_order_id=None, spec_id=spec.spec_id,
+        file_size_in_bytes=size, sort_order_id=None, spec_id=spec.spec_id,
         equality_ids=None, key_metadata=None, **statistics.to_serialized_dict())
 
 

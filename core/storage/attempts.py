@@ -20,6 +20,7 @@ the manifest is replaced whole (one ``PUT``).
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
@@ -133,8 +134,10 @@ def delete_written(paths: Sequence[str]) -> None:
         for path in [target, *glob.glob(glob.escape(target) + ".*.tmp")]:
             try:
                 os.remove(path)
-            except FileNotFoundError:
-                pass
+            except OSError as exc:
+                # A name too long for the file system was never written either.
+                if exc.errno not in (errno.ENOENT, errno.ENAMETOOLONG):
+                    raise
 
 
 @dataclass(frozen=True)

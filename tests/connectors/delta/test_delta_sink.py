@@ -299,3 +299,19 @@ def test_an_upsert_whose_twin_merges_between_its_check_and_its_read_is_done(
     sink.commit_merged([item], recovering=False)  # type: ignore[list-item]
     assert DeltaTable(str(tmp_path / "wc")).to_pyarrow_table().to_pylist() == [
         {"word": "a", "n": 5}]
+
+
+def test_an_attempts_rows_make_one_file_per_partition(tmp_path: Path) -> None:
+    """Spark hands a task its rows in Arrow batches: they are held until a file's worth
+    (``core/rowbuffer.py``) or prepare, not written as a file each."""
+    sink = DeltaSink(str(tmp_path / "t"), partition_by=("day",))
+    days = [datetime.date(2026, 11, 27), datetime.date(2026, 11, 28)]
+    txn = POOL.transaction(0, 0, 0, 0)
+    handle = sink.begin(txn)
+    for start in (0, 10, 20):
+        sink.write(handle, batch(list(range(start, start + 10)), [days[i % 2] for i in
+                                                                range(10)]))
+    sink.commit_merged([(txn, sink.prepare(handle))], recovering=False)  # type: ignore[list-item]
+    table = DeltaTable(str(tmp_path / "t"))
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(30))
+    assert len(table.file_uris()) == 2

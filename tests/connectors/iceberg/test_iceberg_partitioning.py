@@ -19,12 +19,13 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyiceberg.types import StringType
 
 from sparkeos.connectors.iceberg import IcebergSink
 from sparkeos.connectors.iceberg import partitioning as parts
 from sparkeos.connectors.iceberg.format import IcebergFormat
 from sparkeos.core.config import CoordinatorConfig
-from sparkeos.core.errors import ConfigurationError
+from sparkeos.core.errors import ConfigurationError, SchemaMismatchError
 from sparkeos.core.faults import ALL_POINTS
 from sparkeos.core.protocol import Receipt, Transaction
 from sparkeos.core.snapshot.commitlog import CommitLog
@@ -117,6 +118,25 @@ def test_a_batch_lands_in_its_partitions_once(tmp_path: Path) -> None:
     assert sum(rows for _, rows, _ in found) == 5
     eu = table.scan(row_filter="region == 'eu'").to_arrow().column("id").to_pylist()
     assert sorted(eu) == [0, 3]
+
+
+@pytest.mark.parametrize("file_bytes", [64 * 1024 * 1024, 1])
+def test_an_attempts_rows_make_a_file_per_partition_and_file_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_bytes: int) -> None:
+    """Spark hands a task its rows in Arrow batches: they are held until a file's worth
+    (``core/rowbuffer.py``), not written as a file each."""
+    from sparkeos.core import rowbuffer
+
+    monkeypatch.setattr(rowbuffer, "FILE_BYTES", file_bytes)
+    sink = make_sink(tmp_path, partition_by=("region",))
+    txn = POOL.transaction(0, 0, 0, 0)
+    handle = sink.begin(txn)
+    for start in range(0, 30, 10):
+        sink.write(handle, events(list(range(start, start + 10))))
+    sink.commit_merged([(txn, sink.prepare(handle))], recovering=False)
+    table = sink._load()
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(30))
+    assert len(entries(table)) == (3 if file_bytes > 1 else 9)  # 3 regions, 3 writes
 
 
 def test_the_sink_follows_the_tables_own_spec(tmp_path: Path) -> None:
@@ -260,17 +280,6 @@ def test_what_cannot_be_partitioned_is_refused_up_front(tmp_path: Path) -> None:
         IcebergSink("db.twice", catalog=catalog(tmp_path)).validate(SCHEMA)
 
 
-def test_a_value_too_long_for_a_directory_name_is_refused_with_the_fix(
-        tmp_path: Path) -> None:
-    from sparkeos.core.errors import DataRejectedError
-
-    sink = make_sink(tmp_path, partition_by=("region",))
-    batch = events([0]).to_pydict()
-    batch["region"] = ["é" * 200]
-    with pytest.raises(DataRejectedError, match="truncate"):
-        prepared(sink, 0, 0, pa.RecordBatch.from_pydict(batch, schema=SCHEMA))
-
-
 def test_an_upsert_into_a_partitioned_table(tmp_path: Path) -> None:
     sink = make_sink(tmp_path, partition_by=("bucket(4, id)", "region"), key=("id",))
     sink.commit_merged([prepared(sink, 0, 0, events([0, 1, 2]))], recovering=False)
@@ -390,3 +399,96 @@ def test_decimal_partition_values_round_trip() -> None:
                                                 pa.decimal128(9, 2))}), spec, schema)
     for part in split:
         assert parts.decode(parts.encode(part.key), spec, schema) == part.key.partition
+
+
+def test_a_spec_that_goes_back_while_the_commit_retries_keeps_the_originals(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit rewrites the batch's files for a new spec, the spec goes back before
+    it lands: the landed commit holds the originals, which must not be deleted."""
+    from sparkeos.connectors.iceberg import respec
+
+    sink = make_sink(tmp_path)
+    items = [prepared(sink, 0, 0, events(list(range(6))))]
+    other = IcebergSink("db.events", catalog=catalog(tmp_path))
+    with other._load().update_spec() as update:
+        update.add_identity("score")
+    original = respec.in_spec
+    calls: list[int] = []
+
+    def in_spec(*args: Any) -> Any:
+        found = original(*args)
+        calls.append(1)
+        if len(calls) == 1:
+            with other._load().update_spec() as update:
+                update.remove_field("score")  # back to the batch's own spec
+            other._load().append(pa.Table.from_batches([events([100])]).cast(
+                other._load().scan().to_arrow().schema))
+        return found
+
+    monkeypatch.setattr(respec, "in_spec", in_spec)
+    sink.commit_merged(items, recovering=False)
+    table = sink._load()
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 3, 4, 5, 100]
+    assert all(os.path.exists(uri) for uri in referenced(table))
+    assert sorted(table.scan(row_filter="region == 'eu'").to_arrow().column("id")
+                  .to_pylist()) == [0, 3]
+
+
+def test_a_rewrite_finds_columns_by_field_id(tmp_path: Path) -> None:
+    """Another writer swaps two columns' names and partitions by a column it adds, after
+    phase 1: the commit's rewrite reads the file's columns by field ID (the added one
+    null), and the statistics land on the right fields."""
+    sink = make_sink(tmp_path, partition_by=("truncate(1, region)",),
+                     schema=SCHEMA.append(pa.field("zone", pa.string())))
+    batch = events([0, 1, 2]).to_pydict()
+    batch["zone"] = ["north", "south", "west"]
+    items = [prepared(sink, 0, 0, pa.RecordBatch.from_pydict(
+        batch, schema=SCHEMA.append(pa.field("zone", pa.string()))))]
+    table = sink._load()
+    with table.update_schema() as update:
+        update.rename_column("region", "swap")
+    with sink._load().update_schema() as update:
+        update.rename_column("zone", "region")
+    with sink._load().update_schema() as update:
+        update.rename_column("swap", "zone")
+        update.add_column("tenant", StringType())
+    with sink._load().update_spec() as update:
+        update.add_identity("tenant")
+    sink.commit_merged(items, recovering=False)
+    table = sink._load()
+    assert table.scan(row_filter="zone == 'eu'").to_arrow().column("id").to_pylist() == [0]
+    assert table.scan(row_filter="region == 'south'").to_arrow().column("id") \
+        .to_pylist() == [1]
+    assert table.scan(row_filter="tenant is null").to_arrow().num_rows == 3
+    assert on_disk(tmp_path) == referenced(table)
+
+
+def test_a_spec_this_process_cannot_write_arriving_before_the_commit_is_said(
+        tmp_path: Path) -> None:
+    from pyiceberg.transforms import BucketTransform
+
+    sink = make_sink(tmp_path)
+    items = [prepared(sink, 0, 0, events([0, 1]))]
+    with sink._load().update_spec() as update:
+        update.add_field("region", BucketTransform(4), "region_bucket")
+    with pytest.raises(SchemaMismatchError, match="one transform per column"):
+        sink.commit_merged(items, recovering=False)
+    with sink._load().update_spec() as update:
+        update.remove_field("region_bucket")
+    sink.commit_merged(items, recovering=True)
+    assert sorted(sink._load().scan().to_arrow().column("id").to_pylist()) == [0, 1]
+
+
+def test_a_rollback_after_a_name_too_long(tmp_path: Path) -> None:
+    from sparkeos.core.errors import DataRejectedError
+
+    sink = make_sink(tmp_path, partition_by=("region",))
+    batch = events([0]).to_pydict()
+    batch["region"] = ["é" * 200]
+    txn = POOL.transaction(0, 0, 0, 0)
+    handle = sink.begin(txn)
+    sink.write(handle, pa.RecordBatch.from_pydict(batch, schema=SCHEMA))
+    with pytest.raises(DataRejectedError, match="truncate"):
+        sink.prepare(handle)
+    sink.rollback(txn)
+    assert sink.probe(txn).name == "UNKNOWN"  # its manifest gone: nothing left

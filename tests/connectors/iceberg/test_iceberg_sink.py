@@ -345,6 +345,16 @@ def test_a_column_dropped_after_phase_1_is_refused_with_the_fix(tmp_path: Path) 
     assert loaded(sink).current_snapshot() is None
 
 
+def test_a_column_renamed_after_phase_1_is_followed(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path)
+    items = [prepared(sink, 0, 0, [1, 2])]
+    with loaded(sink).update_schema() as update:
+        update.rename_column("payload", "body")
+    sink.commit_merged(items, recovering=False)
+    table = loaded(sink)
+    assert table.scan(row_filter="body == 'p2'").to_arrow().column("id").to_pylist() == [2]
+
+
 def test_a_pyiceberg_without_the_retry_hook_is_refused(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from pyiceberg.table import Transaction as IcebergTransaction
