@@ -17,9 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkeos.core.errors import ConfigurationError, RetriableError, SchemaMismatchError
+from sparkeos.core.errors import ConfigurationError, RetriableError
 from sparkeos.core.storage.logstores import is_local_uri
 
+from .evolution import check_columns
 from .files import normalised_schema, table_location
 from .partitioning import PartitionColumn, check_spec, create_spec
 from .stores import check_location
@@ -180,14 +181,11 @@ def create_table(catalog: Any, identifier: str, schema: pa.Schema,
 
 
 def check_table(table: Any, identifier: str, schema: pa.Schema,
-                partition: Sequence[PartitionColumn] = ()) -> None:
+                partition: Sequence[PartitionColumn] = (), merge_schema: bool = False
+                ) -> None:
     """Refuse, before anything is written, a table the sink cannot write yet."""
     check_location(str(table.location()), f"the location of {identifier}")
-    columns = [f.name for f in table.schema().fields]
-    if set(columns) != set(schema.names):
-        raise SchemaMismatchError(
-            f"the Iceberg table {identifier} has the columns {columns}, the batch "
-            f"{schema.names}", fix="select the table's columns, or write another table")
+    check_columns(table, identifier, schema, merge_schema)
     check_spec(table, identifier, partition)
 
 

@@ -11,7 +11,9 @@ Spark's own Iceberg sink where they apply:
 * ``sparkeos.catalogName``: the catalog's name (default ``default``);
 * ``sparkeos.partitionBy``: the partition spec of a table the sink makes, in Spark
   SQL's spellings, separated by commas (``"region, days(at), bucket(16, id)"``): Spark
-  gives a Python format no ``partitionBy(...)``. Left out: the table's own spec.
+  gives a Python format no ``partitionBy(...)``. Left out: the table's own spec;
+* ``mergeSchema`` (``true``/``false``, default false): add the batch's new columns to the
+  table, as Spark's Iceberg and Delta writers take it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class IcebergFormat(SinkFormat):
         return IcebergSink(table=options.require("path", '"db.orders"'),
                            catalog=options.with_prefix("sparkeos.catalog."),
                            catalog_name=options.get("sparkeos.catalogName") or "default",
-                           partition_by=split_option(options.get("sparkeos.partitionBy")))
+                           partition_by=split_option(options.get("sparkeos.partitionBy")),
+                           merge_schema=options.flag("mergeSchema", False))
 
 
 FORMATS = (IcebergFormat,)

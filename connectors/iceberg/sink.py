@@ -44,7 +44,7 @@ from sparkeos.core.snapshot.txpool import AttemptRange
 from sparkeos.core.steps import commit_step
 from sparkeos.core.upsertkeys import check_key, refuse_repeated_keys
 
-from . import catalog, files, partitioning, respec, stores, table, upsert
+from . import catalog, evolution, files, partitioning, respec, stores, table, upsert
 from .files import DataFile
 
 
@@ -84,6 +84,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
     key: tuple[str, ...] = ()
     """Upsert by these columns (an update-mode aggregation): each batch replaces the
     table's rows with its keys in phase 2, once, instead of appending."""
+    merge_schema: bool = False
+    """Add the batch's new columns to the table, and write its missing optional ones as
+    null (Spark's ``mergeSchema``); else the batch's columns must be the table's."""
     partition_by: tuple[str, ...] = ()
     """A table the sink makes is partitioned so (Spark SQL's spellings: ``"region"``,
     ``"days(at)"``, ``"bucket(16, id)"``); an existing one must be. Empty: its own spec."""
@@ -139,7 +142,9 @@ class IcebergSink(TransactionalSink[IcebergHandle]):
         partitioning.check_sources(wanted, schema)
         found = self._load() or catalog.create_table(self._catalog(), self.table, schema,
                                                      wanted)
-        catalog.check_table(found, self.table, schema, wanted)
+        if self.merge_schema:
+            found = evolution.merged(self._load, self.table, schema)
+        catalog.check_table(found, self.table, schema, wanted, self.merge_schema)
         if self.key:
             partitioning.check_mergeable(found, self.table)
         stores.check_table_location(self.store.warehouse, str(found.location()),
@@ -402,8 +407,8 @@ def _in_table_types(batch: pa.RecordBatch, target: pa.Schema,
                     txn: Transaction) -> pa.Table:
     """The rows in the table's column order and types, with its field IDs."""
     rows = pa.Table.from_batches([batch.replace_schema_metadata(None)])
-    try:
-        return rows.select(target.names).cast(target)
+    try:  # a column the batch lacks is null (mergeSchema; refused up front otherwise)
+        return evolution.with_missing_as_null(rows, target).select(target.names).cast(target)
     except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise SchemaMismatchError(
             f"the batch's columns {batch.schema} do not fit the Iceberg table's "
